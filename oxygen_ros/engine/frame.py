@@ -1,0 +1,52 @@
+"""What one control frame produced, and its timing split."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .requests import TextDelta
+
+PHASES = ("vision", "prefill", "action", "admit", "decode")
+
+
+@dataclass
+class FrameResult:
+    frame_index: int
+    actions: np.ndarray                     # [horizon, action_dim]
+    deltas: list[TextDelta] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)   # PHASES + "total"
+    decode_steps: int = 0
+    live_requests: int = 0
+    queued_requests: int = 0
+    tokens_emitted: int = 0
+    kv_bytes_in_use: int = 0
+
+    @property
+    def finished(self) -> list[TextDelta]:
+        return [d for d in self.deltas if d.done]
+
+
+class PhaseTimer:
+    """Accumulates wall time per phase: `with timer("decode"): ...`."""
+
+    def __init__(self):
+        self.ms = {p: 0.0 for p in PHASES}
+        self._t0 = time.perf_counter()
+        self._phase = None
+
+    def __call__(self, phase: str):
+        self._phase = phase
+        return self
+
+    def __enter__(self):
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.ms[self._phase] += (time.perf_counter() - self._start) * 1e3
+        return False
+
+    def result(self) -> dict[str, float]:
+        return {**self.ms, "total": (time.perf_counter() - self._t0) * 1e3}

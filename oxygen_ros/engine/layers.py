@@ -1,0 +1,112 @@
+"""Building blocks shared by the backbone, the action expert and the vision encoder."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Gemma style scales by (1 + w), Llama style by w; the math runs in float32."""
+
+    def __init__(self, dim: int, eps: float, style: str = "gemma"):
+        super().__init__()
+        if style not in ("gemma", "llama"):
+            raise ValueError(f"unknown norm style {style!r}")
+        self.eps = eps
+        self.offset = 1.0 if style == "gemma" else 0.0
+        self.weight = nn.Parameter(torch.zeros(dim) if style == "gemma" else torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (self.offset + self.weight.float())).to(dtype)
+
+
+def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+class AdaRMSNorm(nn.Module):
+    """pi0.5's adaptive RMSNorm: scale, shift and a residual gate from the condition."""
+
+    def __init__(self, dim: int, cond_dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.dense = nn.Linear(cond_dim, 3 * dim)
+        nn.init.zeros_(self.dense.weight)
+        nn.init.zeros_(self.dense.bias)
+
+    def modulation(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scale, shift, gate = self.dense(cond).chunk(3, dim=-1)
+        return scale, shift, gate
+
+    def normalize(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        return rms_normalize(x, self.eps) * (1 + scale) + shift
+
+
+def activation(name: str):
+    if name == "gelu_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "silu":
+        return F.silu
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, width: int, mlp_dim: int, act: str):
+        super().__init__()
+        self.gate_proj = nn.Linear(width, mlp_dim, bias=False)
+        self.up_proj = nn.Linear(width, mlp_dim, bias=False)
+        self.down_proj = nn.Linear(mlp_dim, width, bias=False)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Rope:
+    """Rotary embedding, "rotate half" convention, tables computed once per device."""
+
+    def __init__(self, head_dim: int, theta: float, max_positions: int = 8192):
+        inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        ang = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv[None, :]
+        ang = torch.cat([ang, ang], dim=-1)
+        self.cos = ang.cos().float()
+        self.sin = ang.sin().float()
+
+    def to(self, device) -> "Rope":
+        self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        return self
+
+    def tables(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, T] -> cos, sin [B, 1, T, head_dim] for broadcasting over heads."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None) -> torch.Tensor:
+    """Attention for GQA/MQA without repeating the shared KV heads.
+
+    q [B, H, T, d]; k, v [B, Hkv, L, d] (may be strided views into the KV pool);
+    mask [B, 1, T, L] boolean (True = visible) or None. Query heads that share a KV
+    head are folded into the query length, so K/V are read once per KV head.
+    """
+    b, h, t, d = q.shape
+    hkv = k.shape[1]
+    g = h // hkv
+    qg = q.reshape(b, hkv, g * t, d)
+    if mask is not None and g > 1:
+        mask = mask.unsqueeze(2).expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
+    return out.reshape(b, h, t, d)

@@ -1,0 +1,227 @@
+"""The OxyGen frame scheduler: one shared prefill per frame, cross-frame batched decoding.
+
+Per frame: prefill the observation once into the pool's staging slot; the action expert
+denoises against it; queued language requests are admitted from that same prefix (the
+first takes the staging slot itself, others fork it) with their prompts prefilled in
+one batch; then every live request, whatever frame it started in, decodes k steps in
+one batched call per step. Finished requests free their slot; the rest carry over.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .frame import FrameResult, PhaseTimer
+from .model import VLAModel
+from .observation import Observation, camera_batch, prefix_text
+from .requests import LanguageRequest, RequestRejected, TextDelta
+from .tokenizer import TextStream, Tokenizer
+
+
+@dataclass
+class EngineConfig:
+    max_requests: int = 8          # KV pool slots for live language requests
+    max_queue: int = 16            # requests waiting for a slot beyond the free ones
+    max_len: int = 0               # KV entries per slot; 0 = derived from the profile
+    max_new_tokens: int = 64       # upper bound accepted per request
+    steps_per_frame: int = 1       # decode budget k; 0 = automatic (fit `period_s`)
+    period_s: float = 0.1          # control period used by the automatic budget
+    max_auto_steps: int = 32
+    seed: int = 0
+
+    def slot_len(self, model: VLAModel) -> int:
+        if self.max_len:
+            return self.max_len
+        c = model.cfg
+        cams = len(c.camera_slots) * c.vision.tokens_per_image
+        # the prefix prompt (task + state) and a request prompt each fit in max_prompt_tokens
+        return cams + 2 * c.max_prompt_tokens + max(self.max_new_tokens, c.expert.horizon)
+
+
+@dataclass
+class _Live:
+    req: LanguageRequest
+    tokens: list[int]
+    length: int               # valid KV entries in the slot (the newest token not yet written)
+    text: TextStream
+
+
+class EngineBase:
+    """Shared parts: request intake, prefix construction, token bookkeeping."""
+
+    def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+        self.model, self.tok = model, tokenizer
+        self.config = config or EngineConfig()
+        self.frame_index = 0
+        self.pending: collections.deque[LanguageRequest] = collections.deque()
+        self._next_id = 1
+        self._noise = torch.Generator().manual_seed(self.config.seed)
+        self.tokens_this_frame = 0
+
+    # -- intake ------------------------------------------------------------------------
+    def capacity_left(self) -> int:
+        return self.config.max_queue - len(self.pending)
+
+    def submit(self, req: LanguageRequest) -> int:
+        """Queue a request for admission at the next frame; returns its id."""
+        if not req.prompt or not req.prompt.strip():
+            raise RequestRejected("empty prompt")
+        n = len(self.tok.encode(req.prompt))
+        limit = self.model.cfg.max_prompt_tokens
+        if n > limit:
+            raise RequestRejected(f"prompt has {n} tokens, the limit is {limit}")
+        if not 1 <= req.max_new_tokens <= self.config.max_new_tokens:
+            raise RequestRejected(
+                f"max_new_tokens must be in 1..{self.config.max_new_tokens}, got {req.max_new_tokens}")
+        if self.capacity_left() <= 0:
+            raise RequestRejected(
+                f"too many language requests waiting ({len(self.pending)} queued); try again later")
+        req.request_id = self._next_id
+        self._next_id += 1
+        self.pending.append(req)
+        return req.request_id
+
+    # -- helpers -------------------------------------------------------------------------
+    def prefix_embeddings(self, obs: Observation, timer: PhaseTimer) -> torch.Tensor:
+        cfg = self.model.cfg
+        with timer("vision"):
+            images = camera_batch(obs, cfg.camera_slots, cfg.vision.image_size)
+            ids = self.tok.encode(prefix_text(obs.instruction, obs.state), add_bos=True)
+            if len(ids) > cfg.max_prompt_tokens:
+                raise ValueError(f"instruction + state take {len(ids)} tokens, the limit is {cfg.max_prompt_tokens}")
+            return self.model.embed_prefix(images, ids)
+
+    def frame_noise(self, noise) -> torch.Tensor:
+        e = self.model.cfg.expert
+        if noise is None:
+            return torch.randn(e.horizon, e.action_dim, generator=self._noise)
+        return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
+
+    def prompt_ids(self, req: LanguageRequest) -> list[int]:
+        return self.tok.encode(req.prompt)
+
+    def accept_token(self, live: _Live, token: int, deltas: list[TextDelta]) -> bool:
+        """Record a generated token and its text delta; True when the request is done."""
+        req = live.req
+        is_eos = token in self.tok.eos_ids and not req.ignore_eos
+        if not is_eos:
+            live.tokens.append(token)
+            self.tokens_this_frame += 1
+        text = "" if is_eos else live.text.push(token)
+        done = is_eos or len(live.tokens) >= req.max_new_tokens
+        if done:
+            text += live.text.close()
+        deltas.append(TextDelta(req.request_id, req.stream, req.start_frame, text,
+                                len(live.tokens), done, live.text.text if done else ""))
+        return done
+
+
+class OxygenEngine(EngineBase):
+    def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+        super().__init__(model, tokenizer, config)
+        self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
+        self.live: list[_Live] = []          # live[i] holds pool slot i
+        self._step_ms = None                 # smoothed cost of one decode step (auto budget)
+
+    def capacity_left(self) -> int:
+        return self.pool.free_slots + self.config.max_queue - len(self.pending)
+
+    @torch.inference_mode()
+    def step(self, obs: Observation, noise=None) -> FrameResult:
+        timer = PhaseTimer()
+        self.tokens_this_frame = 0
+        prefix = self.prefix_embeddings(obs, timer)
+        plen = prefix.shape[1]
+        staging = self.pool.staging_slot
+        with timer("prefill"):
+            self.model.prefill(prefix, self.pool, staging)
+        with timer("action"):
+            actions = self.model.sample_actions(self.pool, staging, plen, self.frame_noise(noise))
+        deltas: list[TextDelta] = []
+        with timer("admit"):
+            self._admit(staging, plen, deltas)
+        k = self._decode_budget(timer)
+        steps = 0
+        with timer("decode"):
+            for _ in range(k):
+                if not self.live:
+                    break
+                self._decode_step(deltas)
+                steps += 1
+        if steps:
+            per_step = timer.ms["decode"] / steps
+            self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
+        result = FrameResult(
+            frame_index=self.frame_index, actions=actions.float().cpu().numpy(), deltas=deltas,
+            timings_ms=timer.result(), decode_steps=steps, live_requests=len(self.live),
+            queued_requests=len(self.pending),
+            tokens_emitted=self.tokens_this_frame,
+            kv_bytes_in_use=self.pool.bytes_in_use())
+        self.frame_index += 1
+        return result
+
+    def _admit(self, staging: int, plen: int, deltas: list[TextDelta]) -> None:
+        batch: list[tuple[LanguageRequest, list[int]]] = []
+        while self.pending and len(batch) < self.pool.free_slots:
+            req = self.pending.popleft()
+            ids = self.prompt_ids(req)
+            if plen + len(ids) + req.max_new_tokens > self.pool.max_len:
+                deltas.append(TextDelta(req.request_id, req.stream, self.frame_index, "", 0, True, "",
+                                        error=f"request needs {plen + len(ids) + req.max_new_tokens} KV "
+                                              f"entries, a slot holds {self.pool.max_len}"))
+                continue
+            batch.append((req, ids))
+        if not batch:
+            return
+        for i, _ in enumerate(batch[1:], start=1):
+            self.pool.copy_prefix(staging, staging + i, plen)   # fork the shared prefix
+        width = max(len(ids) for _, ids in batch)
+        padded = torch.zeros(len(batch), width, dtype=torch.long)
+        for row, (_, ids) in enumerate(batch):
+            padded[row, : len(ids)] = torch.tensor(ids)
+        hidden = self.model.extend(padded.to(self.model.device), self.pool, staging, plen)
+        last = torch.tensor([len(ids) - 1 for _, ids in batch], device=hidden.device)
+        first = self.model.greedy_next(hidden[torch.arange(len(batch)), last]).tolist()
+        finished = []
+        for (req, ids), token in zip(batch, first):
+            req.start_frame = self.frame_index
+            slot = self.pool.claim(plen + len(ids))
+            live = _Live(req, [], plen + len(ids), TextStream(self.tok))
+            self.live.append(live)
+            assert len(self.live) - 1 == slot
+            if self.accept_token(live, token, deltas):
+                finished.append(slot)
+        self._release(finished)
+
+    def _decode_step(self, deltas: list[TextDelta]) -> None:
+        ids = torch.tensor([lv.tokens[-1] for lv in self.live], device=self.model.device)
+        lengths = torch.tensor([lv.length for lv in self.live], device=self.model.device)
+        nxt = self.model.decode(ids, self.pool, lengths).tolist()
+        finished = []
+        for slot, (lv, token) in enumerate(zip(self.live, nxt)):
+            lv.length += 1
+            self.pool.lengths[slot] = lv.length
+            if self.accept_token(lv, token, deltas):
+                finished.append(slot)
+        self._release(finished)
+
+    def _release(self, slots: list[int]) -> None:
+        for slot in sorted(slots, reverse=True):
+            moved = self.pool.release(slot)
+            if moved is not None:
+                self.live[slot] = self.live[moved]
+            self.live.pop()
+
+    def _decode_budget(self, timer: PhaseTimer) -> int:
+        k = self.config.steps_per_frame
+        if k > 0:
+            return k
+        if self._step_ms is None:
+            return 1
+        spent = (time.perf_counter() - timer._t0) * 1e3
+        left = self.config.period_s * 1e3 - spent
+        return int(np.clip(left // self._step_ms, 1, self.config.max_auto_steps))
