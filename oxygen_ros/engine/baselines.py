@@ -126,6 +126,9 @@ class ParallelEngine(EngineBase):
         return _result(self, actions, deltas, timer, live=self._jobs.qsize(), kv=0)
 
     def close(self):
+        """Stop the worker; requests not yet started are dropped."""
+        while not self._jobs.empty():
+            self._jobs.get_nowait()
         self._jobs.put(None)
         self._thread.join(timeout=60)
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from .config import DecoderConfig, ExpertConfig
 from .decoder import Attention, CacheView
-from .layers import AdaRMSNorm, GatedMLP
+from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize
 
 NORM_EPS = 1e-6
 
@@ -40,9 +40,7 @@ class FinalAdaNorm(nn.Module):
 
     def forward(self, x, cond):
         scale, shift, _gate = self.dense(cond).chunk(3, dim=-1)
-        xf = x.float()
-        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)).to(x.dtype)
-        return y * (1 + scale) + shift
+        return ada_rms_normalize(x, scale, shift, NORM_EPS)
 
 
 def time_embedding(t: float, width: int, dtype=torch.float32) -> torch.Tensor:

@@ -46,7 +46,16 @@ class AdaRMSNorm(nn.Module):
         return scale, shift, gate
 
     def normalize(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-        return rms_normalize(x, self.eps) * (1 + scale) + shift
+        return ada_rms_normalize(x, scale, shift, self.eps)
+
+
+def ada_rms_normalize(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                      eps: float) -> torch.Tensor:
+    """`rmsnorm(x) * (1 + scale) + shift`, all in float32 and rounded to x's dtype once
+    (as openpi/LeRobot do); bit-identical to the plain expression in float32."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * (1 + scale.float()) + shift.float()).to(x.dtype)
 
 
 def activation(name: str):
