@@ -221,10 +221,13 @@ def _progress(done: int, total: int, t0: float, stream) -> None:
         return
     width = 30
     filled = width * done // total
-    stream.write(f"\rconverting SmolLM2 GGUF -> float32 [{'#' * filled}{'.' * (width - filled)}] "
-                 f"{done}/{total} tensors, {time.perf_counter() - t0:.1f} s")
-    if done == total:
-        stream.write("\n")
+    line = (f"converting SmolLM2 GGUF -> float32 [{'#' * filled}{'.' * (width - filled)}] "
+            f"{done}/{total} tensors, {time.perf_counter() - t0:.1f} s")
+    tty = getattr(stream, "isatty", lambda: False)()
+    if tty:   # one line, redrawn in place
+        stream.write("\r" + line + ("\n" if done == total else ""))
+    elif done == total or done % 64 == 0:   # logs: a few whole lines
+        stream.write(line + "\n")
     stream.flush()
 
 
@@ -242,7 +245,8 @@ def convert_gguf(gguf_path: Path, progress=sys.stderr) -> tuple[dict[str, torch.
         name = backbone_name(t.name)
         if name is not None:
             try:
-                w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+                # a copy: F32 tensors come back as read-only views of the memory map
+                w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32, copy=True)
             except Exception as exc:
                 raise GGUFError(f"cannot dequantise {t.name} ({t.tensor_type.name}) in {gguf_path}: "
                                 f"{type(exc).__name__}: {exc}") from exc
