@@ -1,0 +1,1 @@
+"""Subcommands of the `oxygen` tool, one module each (see oxygen_ros/cli.py)."""
