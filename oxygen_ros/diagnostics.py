@@ -1,0 +1,71 @@
+"""The node's /diagnostics: control loop, inputs and language, one DiagnosticStatus each."""
+from __future__ import annotations
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+
+
+def _status(name: str, hardware_id: str, level, message: str, values: dict) -> DiagnosticStatus:
+    def fmt(v):
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    return DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id,
+                            values=[KeyValue(key=k, value=fmt(v)) for k, v in values.items()])
+
+
+def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, counts: dict,
+          language: dict, period_s: float) -> DiagnosticArray:
+    """inputs: an InputMonitor.Snapshot; counts: input -> (accepted, rejected);
+    loop: LoopStats.snapshot(); language: live/queued/KV/question figures."""
+    active = state == "active"
+    # control loop
+    rate, lat = loop["frame_rate_hz"], loop["latency_ms_mean"]
+    recent_problem = loop["problem"] and loop["problem_age_s"] <= max(2.0, 2 * period_s)
+    if not active:
+        level, msg = OK, f"{state}: not producing action chunks"
+    elif recent_problem:
+        level, msg = ERROR, f"no action chunk: {loop['problem']}"
+    elif loop["latency_ms_max"] > period_s * 1e3:
+        level, msg = WARN, f"{rate:.1f} Hz; frames overrun the {period_s * 1e3:.0f} ms period (max {loop['latency_ms_max']:.0f} ms)"
+    else:
+        level, msg = OK, f"{rate:.1f} Hz, frame latency {lat:.1f} ms"
+    loop_values = {
+        "state": state, "frame_rate_hz": rate, "target_rate_hz": 1.0 / period_s,
+        "frame_latency_ms_mean": lat, "frame_latency_ms_max": loop["latency_ms_max"],
+        "frames": loop["frames"], "deadline_misses": loop["deadline_misses"],
+        "skipped_ticks": loop["skipped_ticks"], "ticks_without_chunk": loop["no_chunk_ticks"],
+        "frame_errors": loop["frame_errors"], "decode_budget_steps": loop.get("decode_budget", 0),
+        "decode_steps_last_frame": loop.get("decode_steps", 0),
+    }
+    statuses = [_status(f"{node_name}: control loop", model, level, msg, loop_values)]
+
+    # inputs
+    age = inputs.max_age
+    in_values = {"observation_age_s": age if age is not None else "none",
+                 "clock_jumps": language.get("clock_jumps", 0)}
+    for name, a in inputs.ages.items():
+        acc, rej = counts.get(name, (0, 0))
+        in_values[f"{name} age_s"] = a if a is not None else "none"
+        in_values[f"{name} accepted"] = acc
+        in_values[f"{name} rejected"] = rej
+    if inputs.problems:
+        statuses.append(_status(f"{node_name}: inputs", model, ERROR, "; ".join(inputs.problems), in_values))
+    else:
+        statuses.append(_status(f"{node_name}: inputs", model, OK, "all inputs fresh", in_values))
+
+    # language
+    kv_total = language.get("kv_bytes_total", 0) or 1
+    kv_used = language.get("kv_bytes_in_use", 0)
+    lang_values = {**language, "kv_usage_percent": 100.0 * kv_used / kv_total,
+                   "tokens_per_s": loop["tokens_per_s"]}
+    queued = language.get("queued_requests", 0)
+    level = WARN if queued else OK
+    msg = (f"{language.get('live_requests', 0)} live, {queued} queued, "
+           f"KV {100.0 * kv_used / kv_total:.0f}% used, {loop['tokens_per_s']:.1f} tok/s")
+    statuses.append(_status(f"{node_name}: language", model, level, msg, lang_values))
+
+    arr = DiagnosticArray()
+    arr.header.stamp = stamp
+    arr.status = statuses
+    return arr

@@ -1,0 +1,100 @@
+"""The latest value of every sensor input, its age, and what is wrong with the inputs.
+
+ROS-free and thread-safe: subscription callbacks `accept` or `reject` messages, the
+control loop takes a `snapshot`. Ages run on the monotonic clock from the moment a
+message arrived, plus the transport latency measured on arrival (ROS time minus the
+header stamp), so a jump of ROS time after arrival never makes an input look fresh.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Input:
+    value: object = None
+    stamp_ns: int = 0              # header stamp of the latest accepted message
+    received: float = 0.0          # monotonic arrival time
+    latency_s: float = 0.0         # ROS time minus header stamp on arrival
+    accepted: int = 0
+    rejected: int = 0
+    problem: str = ""              # latest rejection reason
+    problem_at: float = -1e9
+
+
+@dataclass
+class Snapshot:
+    values: dict                   # input name -> latest accepted value (only inputs that have one)
+    ages: dict                     # input name -> age in seconds (None: never received)
+    stamp_ns: int                  # oldest header stamp among the inputs
+    problems: list[str] = field(default_factory=list)   # stale, missing, recently rejected, clock
+    usable: bool = False           # every input present and younger than the age limit
+
+    @property
+    def max_age(self) -> float | None:
+        ages = [a for a in self.ages.values() if a is not None]
+        return max(ages) if ages else None
+
+
+class InputMonitor:
+    def __init__(self, names, max_age_s: float, hold_s: float = 3.0, clock=time.monotonic):
+        self._inputs = {n: _Input() for n in names}
+        self.max_age_s = max_age_s
+        self.hold_s = hold_s                  # how long a rejection stays in the problem list
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_ros_ns = None
+        self.clock_jumps = 0
+        self._clock_problem = ("", -1e9)
+
+    def accept(self, name: str, value, stamp_ns: int = 0, latency_s: float = 0.0) -> None:
+        with self._lock:
+            i = self._inputs[name]
+            i.value, i.stamp_ns, i.latency_s = value, stamp_ns, max(0.0, latency_s)
+            i.received = self._clock()
+            i.accepted += 1
+
+    def reject(self, name: str, problem: str) -> None:
+        with self._lock:
+            i = self._inputs[name]
+            i.rejected += 1
+            i.problem, i.problem_at = problem, self._clock()
+
+    def note_ros_time(self, now_ns: int) -> float:
+        """Record the ROS time of a tick; returns how far it jumped back (0.0 if it did not)."""
+        with self._lock:
+            last, self._last_ros_ns = self._last_ros_ns, now_ns
+            if last is None or now_ns >= last:
+                return 0.0
+            back = (last - now_ns) / 1e9
+            self.clock_jumps += 1
+            self._clock_problem = (f"ROS time jumped back by {back:.3f} s", self._clock())
+            return back
+
+    def counts(self) -> dict:
+        with self._lock:
+            return {n: (i.accepted, i.rejected) for n, i in self._inputs.items()}
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            now = self._clock()
+            values, ages, problems, stamps = {}, {}, [], []
+            for name, i in self._inputs.items():
+                if i.accepted == 0:
+                    ages[name] = None
+                    problems.append(f"{name}: no data received yet")
+                else:
+                    values[name] = i.value
+                    ages[name] = age = now - i.received + i.latency_s
+                    stamps.append(i.stamp_ns)
+                    if age > self.max_age_s:
+                        problems.append(f"{name}: stale, age {age:.2f} s > max_observation_age_s {self.max_age_s:.2f}")
+                if now - i.problem_at <= self.hold_s:
+                    problems.append(f"{name}: rejected {i.rejected} message(s), latest: {i.problem}")
+            usable = len(values) == len(self._inputs) and all(a <= self.max_age_s for a in ages.values())
+            text, at = self._clock_problem
+            if now - at <= self.hold_s:
+                problems.append(f"{text} ({self.clock_jumps} jump(s) so far)")
+            return Snapshot(values, ages, min(stamps) if stamps else 0, problems, usable)

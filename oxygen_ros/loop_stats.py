@@ -1,0 +1,72 @@
+"""Counters and rates of the control loop, for /diagnostics (ROS-free, thread-safe)."""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+
+class LoopStats:
+    def __init__(self, window_s: float = 5.0, clock=time.monotonic):
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._frames = collections.deque()      # (end time, total_ms, tokens)
+        self.frames = 0
+        self.deadline_misses = 0
+        self.skipped_ticks = 0
+        self.no_chunk_ticks = 0
+        self.frame_errors = 0
+        self.last = {}                          # latest frame's engine figures
+        self.problem = ("", -1e9)               # latest reason a tick produced no chunk
+
+    def frame(self, total_ms: float, missed: bool, tokens: int, **latest) -> None:
+        with self._lock:
+            now = self._clock()
+            self._frames.append((now, total_ms, tokens))
+            self.frames += 1
+            self.deadline_misses += int(missed)
+            self.last = latest
+            self._trim(now)
+
+    def skipped(self, ticks: int) -> None:
+        with self._lock:
+            self.skipped_ticks += ticks
+
+    def no_chunk(self, reason: str, error: bool = False) -> None:
+        with self._lock:
+            self.no_chunk_ticks += 1
+            self.frame_errors += int(error)
+            self.problem = (reason, self._clock())
+
+    def _trim(self, now: float) -> None:
+        while self._frames and now - self._frames[0][0] > self.window_s:
+            self._frames.popleft()
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            now = self._clock()
+            self._trim(now)
+            n = len(self._frames)
+            rate = 0.0
+            if n > 1:
+                first, last = self._frames[0][0], self._frames[-1][0]
+                gap = (last - first) / (n - 1)
+                # frames that stopped arriving report 0 Hz, not the rate they had
+                rate = 1.0 / gap if gap > 0 and now - last < max(1.0, 3 * gap) else 0.0
+            lat = [f[1] for f in self._frames]
+            reason, at = self.problem
+            return {
+                "frames": self.frames,
+                "frame_rate_hz": rate,
+                "latency_ms_mean": sum(lat) / n if n else 0.0,
+                "latency_ms_max": max(lat) if n else 0.0,
+                "tokens_per_s": sum(f[2] for f in self._frames) / self.window_s,
+                "deadline_misses": self.deadline_misses,
+                "skipped_ticks": self.skipped_ticks,
+                "no_chunk_ticks": self.no_chunk_ticks,
+                "frame_errors": self.frame_errors,
+                "problem": reason,
+                "problem_age_s": now - at,
+                **self.last,
+            }

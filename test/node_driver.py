@@ -1,0 +1,209 @@
+"""The test driver of oxygen_node, run inside a peer process (ros_helpers.run_as_peer).
+
+It plays the robot (three cameras at 20 Hz, joint states at 50 Hz, each switchable to
+"off" or to a kind of bad message), records everything the node publishes, and drives
+the node's lifecycle, parameters and ask_progress service. Its executor spins in a
+background thread; the scenario in the main thread waits with `wait_until`/`sleep`.
+"""
+
+import threading
+import time
+
+import numpy as np
+
+from ros_helpers import unique_name
+
+CAMERA_TOPICS = ["camera/base/image_raw", "camera/left_wrist/image_raw", "camera/right_wrist/image_raw"]
+JOINTS = ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6", "joint_7", "gripper"]
+PERIOD_S = 0.1   # config/tiny.yaml: control_rate_hz 10
+
+
+class Driver:
+    def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from lifecycle_msgs.srv import ChangeState, GetState
+        from oxygen_msgs.msg import FrameTiming, TextChunk
+        from oxygen_msgs.srv import AskProgress
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+        from sensor_msgs.msg import Image, JointState
+        from trajectory_msgs.msg import JointTrajectory
+
+        from oxygen_ros.ros_convert import rgb_to_image
+
+        rclpy.init()
+        self.rclpy = rclpy
+        self.ns, self.fqn = namespace, f"{namespace}/oxygen_node"
+        self.node = node = rclpy.create_node(unique_name("oxygen_test_driver"))
+        self.lock = threading.Lock()
+        # -- the robot
+        self.mode = {i: "good" for i in range(len(CAMERA_TOPICS))}
+        self.mode["joints"] = "good"
+        rng = np.random.default_rng(0)
+        self.good_images = [rgb_to_image(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), enc)
+                            for enc in ("rgb8", "bgr8", "mono8")]
+        self._Image, self._JointState = Image, JointState
+        self.image_pubs = [node.create_publisher(Image, f"{namespace}/{t}", qos_profile_sensor_data)
+                           for t in CAMERA_TOPICS]
+        self.joint_pub = node.create_publisher(JointState, f"{namespace}/joint_states",
+                                               qos_profile_sensor_data)
+        node.create_timer(1.0 / image_hz, self._publish_images)
+        node.create_timer(1.0 / joint_hz, self._publish_joints)
+        # -- recorders
+        self.chunks, self.timings, self.text, self.diags = [], [], [], []
+        reliable = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+        node.create_subscription(JointTrajectory, f"{namespace}/joint_trajectory",
+                                 lambda m: self.chunks.append((time.monotonic(), m)), reliable)
+        node.create_subscription(FrameTiming, f"{namespace}/frame_timing",
+                                 lambda m: self.timings.append((time.monotonic(), m)), reliable)
+        for stream in ("narration", "memory", "answer"):
+            node.create_subscription(TextChunk, f"{namespace}/{stream}",
+                                     lambda m, s=stream: self.text.append((s, m)), reliable)
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, reliable)
+        # -- clients
+        base = self.fqn
+        self.change_client = node.create_client(ChangeState, f"{base}/change_state")
+        self.get_client = node.create_client(GetState, f"{base}/get_state")
+        self.param_client = node.create_client(SetParameters, f"{base}/set_parameters")
+        self.ask_client = node.create_client(AskProgress, f"{base}/ask_progress")
+        self._types = dict(ChangeState=ChangeState, GetState=GetState, SetParameters=SetParameters,
+                           AskProgress=AskProgress)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(node)
+        self._spinner = threading.Thread(target=self._spin, daemon=True)
+        self._spinner.start()
+
+    def _spin(self):
+        try:
+            self.executor.spin()
+        except Exception:  # noqa: BLE001 - context shut down at close()
+            pass
+
+    def close(self):
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown()
+
+    # -- the robot -----------------------------------------------------------------------
+    def _publish_images(self):
+        stamp = self.node.get_clock().now().to_msg()
+        for i, pub in enumerate(self.image_pubs):
+            mode = self.mode[i]
+            if mode == "off":
+                continue
+            msg = self._bad_image(mode) if mode != "good" else self.good_images[i]
+            msg.header.stamp = stamp
+            pub.publish(msg)
+
+    def _bad_image(self, mode):
+        msg = self._Image()
+        good = self.good_images[0]
+        msg.height, msg.width, msg.step, msg.encoding = good.height, good.width, good.step, good.encoding
+        msg.data = good.data
+        if mode == "bad_encoding":
+            msg.encoding = "yuv422"
+        elif mode == "wrong_size":
+            msg.data = bytes(good.step * (good.height - 1))   # one row short
+        elif mode == "empty":
+            msg.height = msg.width = msg.step = 0
+            msg.data = b""
+        else:
+            raise ValueError(mode)
+        return msg
+
+    def _publish_joints(self):
+        mode = self.mode["joints"]
+        if mode == "off":
+            return
+        names = list(reversed(JOINTS))            # any order: matched by name
+        pos = [0.1 * i for i in range(len(names))]
+        pos[-1] = 0.04                            # joint_1 ... gripper within limits
+        if mode == "nan":
+            pos[2] = float("nan")
+        elif mode == "inf":
+            pos[3] = float("inf")
+        elif mode == "missing":
+            names, pos = names[1:], pos[1:]       # no gripper
+        msg = self._JointState(name=names, position=pos)
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.joint_pub.publish(msg)
+
+    def _on_diagnostics(self, arr):
+        statuses = {s.name.split(": ", 1)[1]: (int.from_bytes(s.level, "little") if isinstance(s.level, bytes)
+                                              else int(s.level), s.message)
+                    for s in arr.status if s.name.startswith(self.fqn + ": ")}
+        if statuses:
+            self.diags.append((time.monotonic(), statuses))
+
+    # -- waiting ---------------------------------------------------------------------------
+    @staticmethod
+    def wait_until(condition, timeout: float, what: str, period: float = 0.02):
+        end = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > end:
+                raise TimeoutError(f"timed out after {timeout:.1f} s waiting for {what}")
+            time.sleep(period)
+
+    def _call(self, client, request, timeout: float, what: str):
+        self.wait_until(client.service_is_ready, timeout, f"service {client.srv_name} ({what})")
+        future = client.call_async(request)
+        self.wait_until(future.done, timeout, what)
+        return future.result()
+
+    # -- lifecycle, parameters, questions ------------------------------------------------
+    def state(self, timeout: float = 10.0) -> str:
+        return self._call(self.get_client, self._types["GetState"].Request(), timeout,
+                          "GetState").current_state.label
+
+    def transition(self, label: str, timeout: float = 20.0) -> bool:
+        req = self._types["ChangeState"].Request()
+        req.transition.label = label
+        return self._call(self.change_client, req, timeout, f"the {label} transition").success
+
+    def set_param(self, name: str, value, timeout: float = 10.0):
+        from rclpy.parameter import Parameter
+
+        req = self._types["SetParameters"].Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        r = self._call(self.param_client, req, timeout, f"setting {name}").results[0]
+        return r.successful, r.reason
+
+    def ask_async(self, question: str, timeout_s: float = 0.0):
+        self.wait_until(self.ask_client.service_is_ready, 10.0, "the ask_progress service")
+        req = self._types["AskProgress"].Request(question=question, timeout_s=timeout_s)
+        return self.ask_client.call_async(req)
+
+    def ask(self, question: str, timeout_s: float = 0.0, wait: float = 20.0) -> dict:
+        future = self.ask_async(question, timeout_s)
+        self.wait_until(future.done, wait, f"the answer to {question[:40]!r}")
+        r = future.result()
+        return {"success": r.success, "answer": r.answer, "error": r.error, "latency_s": r.latency_s}
+
+    # -- summaries (JSON-friendly) ---------------------------------------------------------
+    def chunk_times(self, since: float = 0.0) -> list:
+        return [t for t, _ in list(self.chunks) if t >= since]
+
+    def chunks_since(self, since: float) -> int:
+        return len(self.chunk_times(since))
+
+    def diag_messages(self, since: float, status: str) -> list:
+        return [(s[status][0], s[status][1]) for t, s in list(self.diags) if t >= since and status in s]
+
+    def text_requests(self) -> list:
+        """Per request: stream, concatenated deltas, full_text, done, chunk count."""
+        reqs = {}
+        for stream, m in list(self.text):
+            r = reqs.setdefault(m.request_id, {"id": m.request_id, "stream": stream, "concat": "",
+                                               "full_text": "", "done": False, "chunks": 0,
+                                               "token_counts": []})
+            r["concat"] += m.delta
+            r["chunks"] += 1
+            r["token_counts"].append(m.token_count)
+            if m.done:
+                r["done"], r["full_text"] = True, m.full_text
+        return list(reqs.values())
+
+
+def sleep(seconds: float):
+    time.sleep(seconds)

@@ -1,0 +1,111 @@
+"""oxygen_node's lifecycle over the real lifecycle_msgs services, node and driver in
+separate processes: the full cycle twice in a row, and a failed configure that leaves
+the node re-configurable.
+
+Run by pytest; this file is also the driver peer program (`python FILE ROLE ...`).
+"""
+
+import time
+
+import pytest
+
+from node_harness import start_node  # noqa: F401 - pytest fixture
+from ros_helpers import run_as_peer, run_peers
+
+CYCLE = ["configure", "activate", "deactivate", "cleanup"]
+
+
+# ----------------------------------------------------------------- driver peers
+
+def cycle_twice(namespace, *, deadline):
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        steps = [(None, True, d.state(timeout=20.0), 0)]
+        for _ in range(2):
+            for label in CYCLE:
+                ok = d.transition(label)
+                chunks = 0
+                if label == "activate":
+                    t = time.monotonic()
+                    d.wait_until(lambda: d.chunks_since(t) >= 3, 10.0, "chunks while active")
+                    chunks = d.chunks_since(t)
+                steps.append((label, ok, d.state(), chunks))
+        return {"steps": steps}
+    finally:
+        d.close()
+
+
+def bad_then_good_configure(namespace, *, deadline):
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        out = {"initial": d.state(timeout=20.0)}
+        out["bad_configure"] = d.transition("configure")
+        out["after_bad"] = d.state()
+        out["bad_limits"] = d.set_param("joint_upper_limits", [-5.0] * 8)   # below the lower limits
+        out["bad_limits_configure"] = d.transition("configure")
+        out["set_good_limits"] = d.set_param("joint_upper_limits", [2.9, 1.8, 2.9, 0.0, 2.9, 3.8, 2.9, 0.08])
+        out["set_model"] = d.set_param("model", "tiny")
+        out["good_configure"] = d.transition("configure")
+        out["after_good"] = d.state()
+        # a configure-time parameter cannot change while configured
+        out["set_model_configured"] = d.set_param("model", "smol")
+        out["set_live_configured"] = d.set_param("narration_every_n_frames", 5)
+        out["activate"] = d.transition("activate")
+        t = time.monotonic()
+        d.wait_until(lambda: d.chunks_since(t) >= 3, 10.0, "chunks after the good configure")
+        out["shutdown"] = d.transition("shutdown")
+        out["final"] = d.state()
+        return out
+    finally:
+        d.close()
+
+
+# ----------------------------------------------------------------- tests
+
+@pytest.mark.ros
+def test_lifecycle_cycle_twice_over_change_state(start_node):
+    """configure/activate/deactivate/cleanup succeed twice in a row over ChangeState; each
+    reaches the expected state, and chunks flow only after activate."""
+    node = start_node()
+    r = run_peers(__file__, {"driver": ["cycle_twice", node.namespace]}, timeout=60)["driver"]
+    expected = [[None, True, "unconfigured"]]
+    for _ in range(2):
+        expected += [["configure", True, "inactive"], ["activate", True, "active"],
+                     ["deactivate", True, "inactive"], ["cleanup", True, "unconfigured"]]
+    assert [s[:3] for s in r["steps"]] == expected
+    assert all(s[3] >= 3 for s in r["steps"] if s[0] == "activate")
+    assert node.alive()
+    log = node.log()
+    assert log.count("cleaned up: model and KV pool freed") == 2
+    assert "Traceback" not in log
+
+
+@pytest.mark.ros
+def test_failed_configure_is_reported_and_node_stays_configurable(start_node):
+    """A bad model name and then bad joint limits each make configure return FAILURE with
+    a log line naming the cause; the node stays unconfigured, and after SetParameters
+    fixes them configure succeeds. Configure-time parameters are frozen once configured."""
+    node = start_node(model="no_such_model")
+    r = run_peers(__file__, {"driver": ["bad_then_good_configure", node.namespace]}, timeout=60)["driver"]
+    assert r["initial"] == "unconfigured"
+    assert r["bad_configure"] is False and r["after_bad"] == "unconfigured"
+    assert r["bad_limits"][0] is True
+    assert r["bad_limits_configure"] is False
+    assert r["set_good_limits"][0] is True and r["set_model"][0] is True
+    assert r["good_configure"] is True and r["after_good"] == "inactive"
+    ok, reason = r["set_model_configured"]
+    assert ok is False and "configure" in reason
+    assert r["set_live_configured"][0] is True
+    assert r["activate"] is True
+    assert r["shutdown"] is True and r["final"] == "finalized"
+    log = node.log()
+    assert "configure failed" in log and "no_such_model" in log
+    assert "joint_lower_limits must be below joint_upper_limits" in log
+
+
+if __name__ == "__main__":
+    run_as_peer({"cycle_twice": cycle_twice, "bad_then_good_configure": bad_then_good_configure})
