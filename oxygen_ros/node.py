@@ -34,6 +34,7 @@ from oxygen_msgs.msg import FrameTiming, TextChunk
 from oxygen_msgs.srv import AskProgress
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data)
@@ -190,8 +191,10 @@ class OxygenNode(LifecycleNode):
             callback_group=self._sensor_group))
         # /diagnostics reports the lifecycle state too, so it is a plain publisher.
         rt.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
+        # on the steady clock: diagnostics keep coming when sim time stalls or jumps
         rt.timer = self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics,
-                                     callback_group=self._diag_group)
+                                     callback_group=self._diag_group,
+                                     clock=Clock(clock_type=ClockType.STEADY_TIME))
         return rt
 
     def on_activate(self, state) -> TransitionCallbackReturn:

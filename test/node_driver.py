@@ -82,7 +82,8 @@ class Driver:
             pass
 
     def close(self):
-        self.executor.shutdown(timeout_sec=1.0)
+        self.executor.shutdown(timeout_sec=2.0)
+        self._spinner.join(timeout=2.0)
         self.node.destroy_node()
         self.rclpy.try_shutdown()
 

@@ -6,6 +6,7 @@ DDS isolation comes from test/conftest.py (localhost only, random domain per ses
 the node process inherits it through the environment.
 """
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -69,23 +70,30 @@ class NodeProcess:
         return self.exit_code
 
 
+@contextlib.contextmanager
+def node_processes():
+    """Yields start(**param_overrides) -> NodeProcess; on exit every node started is
+    stopped (also when the body raised) and its log printed (pytest shows it on failure)."""
+    started = []
+    with tempfile.TemporaryDirectory(prefix="oxygen_node_") as tmp:
+        def start(**overrides) -> NodeProcess:
+            workdir = Path(tmp, str(len(started)))
+            workdir.mkdir()
+            node = NodeProcess(tiny_params(**overrides), workdir)
+            started.append(node)
+            return node
+
+        try:
+            yield start
+        finally:
+            for node in started:
+                node.stop()
+                sys.stdout.write(f"\n--- {node.name} log (exit {node.exit_code}, last 4000 chars) ---\n"
+                                 f"{node.log()[-4000:]}\n")
+
+
 @pytest.fixture
 def start_node():
-    """start_node(**param_overrides) -> NodeProcess; every node is stopped at teardown,
-    also when the test failed. A test failing prints the node's log."""
-    started = []
-    tmp = tempfile.TemporaryDirectory(prefix="oxygen_node_")
-
-    def start(**overrides) -> NodeProcess:
-        workdir = Path(tmp.name, str(len(started)))
-        workdir.mkdir()
-        node = NodeProcess(tiny_params(**overrides), workdir)
-        started.append(node)
-        return node
-
-    yield start
-    for node in started:
-        node.stop()
-        sys.stdout.write(f"\n--- {node.name} log (last 3000 chars) ---\n{node.log()[-3000:]}\n")
-    tmp.cleanup()
-
+    """start_node(**param_overrides) -> NodeProcess, stopped at teardown."""
+    with node_processes() as start:
+        yield start

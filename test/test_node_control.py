@@ -1,0 +1,124 @@
+"""oxygen_node with the tiny model at 10 Hz over real DDS, node and driver in separate
+processes: action chunks keep the rate, text streams are exact, and a progress
+question is answered while the chunks keep flowing.
+
+One 10 s run (module fixture) feeds several tests. Run by pytest; this file is also
+the driver peer program.
+"""
+
+import time
+
+import pytest
+
+from node_harness import node_processes
+from ros_helpers import run_as_peer, run_peers
+
+WINDOW_S = 10.0
+QUESTION = "what have you done?"
+
+
+# ----------------------------------------------------------------- driver peer
+
+def ten_hz_run(namespace, *, deadline):
+    from node_driver import JOINTS, PERIOD_S, Driver
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: d.chunks, 30.0, "the first action chunk (autostart)")
+        time.sleep(1.0)                                     # past warm-up frames
+        t0 = time.monotonic()
+        time.sleep(WINDOW_S / 2)
+        ask_start = time.monotonic()
+        future = d.ask_async(QUESTION, timeout_s=8.0)
+        d.wait_until(future.done, 10.0, "the answer")
+        ask_end = time.monotonic()
+        r = future.result()
+        answer = {"success": r.success, "answer": r.answer, "error": r.error, "latency_s": r.latency_s}
+        time.sleep(max(0.0, t0 + WINDOW_S - time.monotonic()))
+        t1 = t0 + WINDOW_S
+        time.sleep(0.5)                                     # let the last text land
+
+        chunks = [(t, m) for t, m in list(d.chunks) if t0 <= t < t1]
+        times = [t for t, _ in chunks]
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        during = [t for t in d.chunk_times() if ask_start - 0.2 <= t <= ask_end + 0.2]
+        q_gaps = [b - a for a, b in zip(during, during[1:])]
+        bad_names = sum(list(m.joint_names) != JOINTS for _, m in chunks)
+        tfs = [[p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in m.points]
+               for _, m in chunks]
+        not_increasing = sum(any(b <= a for a, b in zip(ts, ts[1:])) for ts in tfs)
+        spacing = sorted({round(b - a, 6) for ts in tfs for a, b in zip(ts, ts[1:])})
+        positions_ok = all(len(p.positions) == len(JOINTS) for _, m in chunks for p in m.points)
+        stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in chunks]
+        timing = [m for t, m in list(d.timings) if t0 <= t < t1]
+        return {
+            "chunks": len(chunks), "max_gap_s": max(gaps, default=None),
+            "question_window_s": ask_end - ask_start, "question_max_gap_s": max(q_gaps, default=None),
+            "question_chunks": len(during),
+            "bad_names": bad_names, "not_increasing": not_increasing, "spacing": spacing,
+            "points": sorted({len(m.points) for _, m in chunks}), "positions_ok": positions_ok,
+            "stamps_increasing": all(b > a for a, b in zip(stamps, stamps[1:])),
+            "first_tfs": tfs[0] if tfs else [],
+            "timings": len(timing), "period_ms": sorted({round(m.period_ms, 3) for m in timing}),
+            "timing_total_ms_max": max((m.total_ms for m in timing), default=None),
+            "answer": answer, "text": d.text_requests(), "period_s": PERIOD_S,
+        }
+    finally:
+        d.close()
+
+
+# ----------------------------------------------------------------- tests
+
+@pytest.fixture(scope="module")
+def run():
+    with node_processes() as start:
+        node = start(autostart=True, narration_every_n_frames=10, memory_every_n_frames=20)
+        result = run_peers(__file__, {"driver": ["ten_hz_run", node.namespace]}, timeout=90)["driver"]
+        result["alive"] = node.alive()
+        print(f"10 Hz run: {result['chunks']} chunks in {WINDOW_S:.0f} s, max gap {result['max_gap_s']:.3f} s, "
+              f"question answered in {result['question_window_s']:.2f} s "
+              f"(max chunk gap meanwhile {result['question_max_gap_s']:.3f} s)")
+        yield result
+
+
+@pytest.mark.ros
+def test_chunks_arrive_at_rate_with_joint_names_and_increasing_times(run):
+    """At 10 Hz, >= 90% of the chunks arrive over 10 s; every chunk names the configured
+    joints and has the horizon's points at strictly increasing times 0.1 s apart."""
+    assert run["alive"]
+    assert run["chunks"] >= 0.9 * WINDOW_S / run["period_s"], run
+    assert run["bad_names"] == 0 and run["not_increasing"] == 0
+    assert run["points"] == [10] and run["positions_ok"]
+    assert run["spacing"] and all(abs(s - run["period_s"]) < 1e-6 for s in run["spacing"])
+    assert run["first_tfs"][0] == pytest.approx(run["period_s"])
+    assert run["stamps_increasing"]
+    assert run["timings"] >= 0.9 * WINDOW_S / run["period_s"]
+    assert run["period_ms"] == [100.0]
+
+
+@pytest.mark.ros
+def test_text_deltas_concatenate_to_the_final_text(run):
+    """For every request that finished, its TextChunk deltas (narration, memory, answer)
+    concatenate to its full_text, and token counts never decrease."""
+    done = [r for r in run["text"] if r["done"]]
+    streams = {r["stream"] for r in done}
+    assert {"narration", "memory", "answer"} <= streams, run["text"]
+    for r in done:
+        assert r["concat"] == r["full_text"], r
+        assert r["token_counts"] == sorted(r["token_counts"]), r
+
+
+@pytest.mark.ros
+def test_question_answered_while_chunks_keep_flowing(run):
+    """A progress question gets a successful answer equal to its /answer stream's text, and
+    the chunk gaps while it is decoded stay under two control periods."""
+    a = run["answer"]
+    assert a["success"] and not a["error"], a
+    answers = [r for r in run["text"] if r["stream"] == "answer" and r["done"]]
+    assert any(r["full_text"] == a["answer"] for r in answers)
+    assert run["question_chunks"] >= 2
+    assert run["question_max_gap_s"] < 2 * run["period_s"], run
+
+
+if __name__ == "__main__":
+    run_as_peer({"ten_hz_run": ten_hz_run})

@@ -1,0 +1,256 @@
+"""The node's ROS-free helpers, without DDS: image and joint-state conversion, joint
+normalisation, input ages, tick skipping, text merging, memory prompts, questions,
+and the params files against the declared parameters."""
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from oxygen_ros.engine.requests import TextDelta
+from oxygen_ros.input_monitor import InputMonitor
+from oxygen_ros.joint_space import JointSpace
+from oxygen_ros.memory_log import MemoryLog, PromptTooLong
+from oxygen_ros.questions import QuestionBoard, QuestionRejected
+from oxygen_ros.ros_convert import InputError, image_to_rgb, joint_positions, rgb_to_image
+from oxygen_ros.text_chunks import merge_deltas
+from oxygen_ros.tick_clock import TickClock
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeClock:
+    def __init__(self, t=100.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def _rgb(h=5, w=7):
+    return np.random.default_rng(1).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+# -- images ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "rgba8", "bgra8"])
+@pytest.mark.parametrize("padding", [0, 3])
+def test_color_images_round_trip_through_step_padding(encoding, padding):
+    """Every 8-bit colour encoding decodes to the same RGB pixels, with or without row padding."""
+    rgb = _rgb()
+    out = image_to_rgb(rgb_to_image(rgb, encoding, padding=padding))
+    assert out.dtype == np.uint8 and out.shape == (5, 7, 3)
+    np.testing.assert_array_equal(out, rgb)
+
+
+def test_mono8_becomes_three_equal_channels():
+    msg = rgb_to_image(_rgb(), "mono8", padding=2)
+    out = image_to_rgb(msg)
+    assert out.shape == (5, 7, 3)
+    assert (out[..., 0] == out[..., 1]).all() and (out[..., 1] == out[..., 2]).all()
+
+
+@pytest.mark.parametrize("bigendian", [0, 1])
+def test_16_bit_images_respect_is_bigendian(bigendian):
+    from sensor_msgs.msg import Image
+
+    values = np.arange(2 * 3 * 3, dtype=np.uint16).reshape(2, 3, 3) * 3000
+    dtype = ">u2" if bigendian else "<u2"
+    row = values.astype(dtype).reshape(2, -1).view(np.uint8)
+    data = np.concatenate([row, np.zeros((2, 4), np.uint8)], axis=1)          # 4 bytes of padding
+    msg = Image(height=2, width=3, encoding="rgb16", is_bigendian=bigendian, step=data.shape[1],
+                data=data.tobytes())
+    np.testing.assert_array_equal(image_to_rgb(msg), (values >> 8).astype(np.uint8))
+
+
+def test_bad_images_raise_errors_that_name_the_problem():
+    good = rgb_to_image(_rgb(), "rgb8")
+    bad = rgb_to_image(_rgb(), "rgb8")
+    bad.encoding = "yuv422"
+    with pytest.raises(InputError, match="unsupported image encoding 'yuv422'"):
+        image_to_rgb(bad)
+    short = rgb_to_image(_rgb(), "rgb8")
+    short.data = bytes(good.step * (good.height - 1))
+    with pytest.raises(InputError, match="image data has 84 bytes, expected"):
+        image_to_rgb(short)
+    narrow = rgb_to_image(_rgb(), "rgb8")
+    narrow.step = 10
+    with pytest.raises(InputError, match="step 10 is smaller"):
+        image_to_rgb(narrow)
+    empty = rgb_to_image(_rgb(), "rgb8")
+    empty.height = empty.width = empty.step = 0
+    empty.data = b""
+    with pytest.raises(InputError, match="empty image"):
+        image_to_rgb(empty)
+
+
+def test_decoded_image_does_not_alias_the_message_buffer():
+    msg = rgb_to_image(_rgb(), "rgb8")
+    out = image_to_rgb(msg)
+    msg.data = bytes(len(msg.data))
+    assert out.any()
+
+
+# -- joints ------------------------------------------------------------------------------
+
+def _js(names, pos):
+    from sensor_msgs.msg import JointState
+
+    return JointState(name=names, position=pos)
+
+
+def test_joint_positions_are_matched_by_name_in_any_order():
+    out = joint_positions(_js(["c", "x", "a", "b"], [3.0, 9.0, 1.0, 2.0]), ["a", "b", "c"])
+    np.testing.assert_array_equal(out, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("names,pos,match", [
+    (["a", "b"], [1.0, 2.0], r"missing joint\(s\) \['c'\]"),
+    (["a", "b", "c"], [1.0, float("nan"), 2.0], r"non-finite position\(s\) for \['b'\]"),
+    (["a", "b", "c"], [1.0, 2.0, float("-inf")], r"non-finite position\(s\) for \['c'\]"),
+    (["a", "b", "c"], [1.0, 2.0], "3 names but 2 positions"),
+    (["a", "b", "c", "a"], [1.0, 2.0, 3.0, 4.0], "names joint 'a' twice"),
+])
+def test_bad_joint_states_raise_errors_that_name_the_joints(names, pos, match):
+    with pytest.raises(InputError, match=match):
+        joint_positions(_js(names, pos), ["a", "b", "c"])
+
+
+def test_joint_space_normalises_into_unit_range_and_back_within_limits():
+    js = JointSpace.from_lists(["a", "b"], [-2.0, 0.0], [2.0, 0.08])
+    np.testing.assert_allclose(js.normalise([0.0, 0.08]), [0.0, 1.0])
+    np.testing.assert_allclose(js.normalise([-5.0, 0.04]), [-1.0, 0.0])      # clipped
+    actions = np.array([[0.5, -1.0, 0.7], [3.0, -3.0, 0.0]])                   # 3rd dim unused
+    np.testing.assert_allclose(js.denormalise(actions), [[1.0, 0.0], [2.0, 0.0]])
+
+
+@pytest.mark.parametrize("names,lo,hi,match", [
+    ([], [], [], "joint_names is empty"),
+    (["a", "a"], [0, 0], [1, 1], "duplicates"),
+    (["a", "b"], [0.0], [1.0, 1.0], "one value per joint"),
+    (["a"], [1.0], [1.0], "must be below"),
+])
+def test_joint_space_rejects_bad_parameters(names, lo, hi, match):
+    with pytest.raises(ValueError, match=match):
+        JointSpace.from_lists(names, lo, hi)
+
+
+# -- input ages ----------------------------------------------------------------------------
+
+def test_inputs_are_usable_only_when_all_present_and_fresh():
+    clock = FakeClock()
+    m = InputMonitor(["cam", "joints"], max_age_s=0.5, hold_s=1.0, clock=clock)
+    snap = m.snapshot()
+    assert not snap.usable and "cam: no data received yet" in snap.problems
+    m.accept("cam", "img", stamp_ns=5, latency_s=0.1)
+    m.accept("joints", "state", stamp_ns=7)
+    assert m.snapshot().usable and m.snapshot().stamp_ns == 5
+    clock.t += 0.45                                  # cam: 0.45 + 0.1 latency > 0.5
+    snap = m.snapshot()
+    assert not snap.usable and any("cam: stale, age 0.55 s" in p for p in snap.problems)
+    m.accept("cam", "img2")
+    assert m.snapshot().usable and m.snapshot().values["cam"] == "img2"
+
+
+def test_rejected_messages_are_reported_for_the_hold_time_but_keep_the_last_good_value():
+    clock = FakeClock()
+    m = InputMonitor(["cam"], max_age_s=10.0, hold_s=1.0, clock=clock)
+    m.accept("cam", "good")
+    m.reject("cam", "unsupported image encoding 'yuv422'")
+    snap = m.snapshot()
+    assert snap.usable and snap.values["cam"] == "good"
+    assert snap.problems == ["cam: rejected 1 message(s), latest: unsupported image encoding 'yuv422'"]
+    clock.t += 1.5
+    assert m.snapshot().problems == []
+    assert m.counts() == {"cam": (1, 1)}
+
+
+def test_ros_time_jumping_back_is_detected_and_reported():
+    clock = FakeClock()
+    m = InputMonitor(["cam"], max_age_s=10.0, hold_s=1.0, clock=clock)
+    assert m.note_ros_time(10_000_000_000) == 0.0
+    assert m.note_ros_time(11_000_000_000) == 0.0
+    assert m.note_ros_time(6_000_000_000) == pytest.approx(5.0)
+    assert m.clock_jumps == 1
+    assert any("ROS time jumped back by 5.000 s" in p for p in m.snapshot().problems)
+
+
+# -- ticks -----------------------------------------------------------------------------------
+
+def test_an_overrunning_frame_skips_the_ticks_it_overlapped_instead_of_bursting():
+    clock = FakeClock(0.0)
+    tc = TickClock(0.1, clock=clock)
+    stop = threading.Event()
+    assert tc.wait(stop)
+    clock.t = 0.02                                   # a 20 ms frame
+    assert tc.advance() == 0 and tc.next_tick == pytest.approx(0.1)
+    clock.t = 0.1 + 0.35                             # a 350 ms frame starting at 0.1
+    assert tc.advance() == 3                         # ticks at 0.2, 0.3, 0.4 skipped
+    assert tc.next_tick == pytest.approx(0.5) and tc.skipped == 3
+    stop.set()
+    assert not tc.wait(stop)
+
+
+# -- text, memory, questions -------------------------------------------------------------------
+
+def test_deltas_merge_to_one_chunk_per_request_per_frame():
+    deltas = [TextDelta(1, "narration", 0, "a", 1), TextDelta(2, "answer", 0, "x", 1),
+              TextDelta(1, "narration", 0, "b", 2), TextDelta(2, "answer", 0, "", 1, True, "x"),
+              TextDelta(1, "narration", 0, "c", 3)]
+    merged = merge_deltas(deltas)
+    assert [(m.request_id, m.delta, m.token_count, m.done, m.full_text) for m in merged] == [
+        (1, "abc", 3, False, ""), (2, "x", 1, True, "x")]
+    assert deltas[0].delta == "a"                    # inputs untouched
+
+
+def test_answer_prompt_drops_the_oldest_memory_until_it_fits():
+    log = MemoryLog(3)
+    for text in ["one", "two  words", "three", "four"]:
+        log.add(text)
+    assert log.entries() == ["two words", "three", "four"]
+    tpl = "M:\n{memory}\nQ: {question}\nA:"
+    assert log.answer_prompt(tpl, "why?", len, 100) == "M:\n- two words\n- three\n- four\nQ: why?\nA:"
+    assert log.answer_prompt(tpl, "why?", len, 25) == "M:\n- four\nQ: why?\nA:"
+    with pytest.raises(PromptTooLong, match="question too long"):
+        log.answer_prompt(tpl, "why" * 20, len, 25)
+
+
+def test_question_board_limits_questions_in_flight_until_the_engine_finishes_them():
+    board = QuestionBoard(max_in_flight=2)
+    q1, q2 = board.open("p1", 8), board.open("p2", 8)
+    with pytest.raises(QuestionRejected, match="too many questions in flight"):
+        board.open("p3", 8)
+    assert board.take() == [q1, q2] and board.take() == []
+    board.submitted(q1, 11)
+    board.submitted(q2, 12)
+    assert board.finish(11, "done") and q1.event.is_set() and q1.answer == "done"
+    assert board.in_flight() == 1
+    board.fail_all("deactivated")
+    assert q2.event.is_set() and q2.error == "deactivated" and board.in_flight() == 0
+    assert not board.finish(12, "late")
+
+
+# -- params files --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("profile", ["tiny", "demo"])
+def test_params_files_set_every_declared_parameter_with_its_type(profile):
+    """config/<profile>.yaml is the source of truth: it names every parameter the node
+    declares, nothing else, each with the declared type (floats written as floats)."""
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.node_params import SPECS
+
+    doc = yaml.safe_load((ROOT / "config" / f"{profile}.yaml").read_text())
+    params = doc["/**"]["ros__parameters"]
+    assert set(params) == {s.name for s in SPECS}
+    for s in SPECS:
+        value = params[s.name]
+        if isinstance(s.default, Parameter.Type):
+            expected = s.default
+        else:
+            expected = Parameter.Type.from_parameter_value(s.default)
+        assert Parameter.Type.from_parameter_value(value) == expected, (s.name, value)
+        if s.range is not None:
+            assert s.range[0] <= value <= s.range[1], s.name
