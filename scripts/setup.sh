@@ -37,6 +37,13 @@ hash_of() {
     } | sha256sum | cut -c1-16
 }
 
+# pip, minus the "Location 'file:///...' is ignored" warnings that a pip config with
+# local find-links/extra-index-url directories prints for every package.
+pip_install() {
+    "$PY" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
+        | { grep -v "^WARNING: Location 'file:" || true; }
+}
+
 stamp_ok() { [ "$FORCE" = 0 ] && [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
 stamp_set() { mkdir -p "$STAMPS"; printf '%s\n' "$2" > "$STAMPS/$1"; }
 
@@ -63,11 +70,11 @@ deps_key="$(hash_of "$ROOT/requirements.txt" "$ROOT/requirements-nodeps.txt" "${
 if stamp_ok deps "$deps_key"; then
     log "dependencies up to date"
 else
-    log "installing dependencies (first time: a few minutes)"
+    log "installing dependencies (first run: a few minutes)"
     start=$SECONDS
-    "$PY" -m pip install --quiet --disable-pip-version-check "${BOOTSTRAP_PINS[@]}"
-    "$PY" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements.txt"
-    "$PY" -m pip install --quiet --disable-pip-version-check --no-deps -r "$ROOT/requirements-nodeps.txt"
+    pip_install "${BOOTSTRAP_PINS[@]}"
+    pip_install -r "$ROOT/requirements.txt"
+    pip_install --no-deps -r "$ROOT/requirements-nodeps.txt"
     stamp_set deps "$deps_key"
     log "dependencies installed in $((SECONDS - start)) s"
 fi
@@ -124,8 +131,8 @@ if stamp_ok pkg "$pkg_key" && [ -x "$VENV/bin/oxygen" ] && [ -e "$VENV/share/oxy
     log "oxygen_ros (editable) up to date"
 else
     log "installing oxygen_ros in editable mode"
-    (cd "$ROOT" && PYTHONWARNINGS="ignore:Editable installation" "$PY" -m pip install \
-        --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .)
+    (cd "$ROOT" && PYTHONWARNINGS="ignore:Editable installation" \
+        pip_install --no-deps --no-build-isolation -e .)
     "$PY" "$ROOT/scripts/link_data_files.py" "$VENV"
     stamp_set pkg "$pkg_key"
 fi
