@@ -103,6 +103,8 @@ class OxygenNode(LifecycleNode):
         self._stop = threading.Event()
         self.create_service(AskProgress, "~/ask_progress", self._on_ask,
                             callback_group=self._service_group)
+        # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
+        self.context.on_shutdown(self._stop.set)
 
     @property
     def executor_threads(self) -> int:
@@ -313,6 +315,8 @@ class OxygenNode(LifecycleNode):
             try:
                 self._tick(rt)
             except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
+                if self._stop.is_set() or not self.context.ok():   # shutting down (Ctrl-C)
+                    break
                 rt.stats.no_chunk(f"frame failed: {type(e).__name__}: {e}", error=True)
                 self._log("control_loop").error(
                     f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
@@ -455,7 +459,7 @@ class OxygenNode(LifecycleNode):
             return reply(error=str(e))
         timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
         if not q.event.wait(timeout):
-            return reply(error=f"timed out after {timeout:.1f} s waiting for the answer "
+            return reply(error=f"timed out after {timeout:g} s waiting for the answer "
                                f"(request {q.request_id} keeps streaming on the answer topic)")
         if q.error:
             return reply(error=q.error)

@@ -181,14 +181,20 @@ def test_ros_time_jumping_back_is_detected_and_reported():
 
 def test_an_overrunning_frame_skips_the_ticks_it_overlapped_instead_of_bursting():
     clock = FakeClock(0.0)
-    tc = TickClock(0.1, clock=clock)
+    tc = TickClock(0.1, clock=clock)                 # grace: half a period
     stop = threading.Event()
     assert tc.wait(stop)
     clock.t = 0.02                                   # a 20 ms frame
     assert tc.advance() == 0 and tc.next_tick == pytest.approx(0.1)
-    clock.t = 0.1 + 0.35                             # a 350 ms frame starting at 0.1
+    clock.t = 0.1 + 0.37                             # a 370 ms frame starting at 0.1
     assert tc.advance() == 3                         # ticks at 0.2, 0.3, 0.4 skipped
     assert tc.next_tick == pytest.approx(0.5) and tc.skipped == 3
+    clock.t = 0.5 + 0.33                             # 0.6, 0.7 skipped; 0.8 is 30 ms late: run it now
+    assert tc.advance() == 2 and tc.next_tick == pytest.approx(0.8)
+    assert tc.wait(stop)                             # due already: no sleep
+    clock.t = 0.8 + 0.105                            # just past 0.9: runs at once, no tick lost
+    assert tc.advance() == 0 and tc.next_tick == pytest.approx(0.9)
+    assert tc.skipped == 5
     stop.set()
     assert not tc.wait(stop)
 

@@ -69,6 +69,10 @@ def stale_and_bad_inputs_run(namespace, *, deadline):
         d.wait_until(lambda: d.chunks, 30.0, "the first action chunk (autostart)")
         out["ask_empty"] = d.ask("   ")
         out["ask_long"] = d.ask("why " * 60)
+        out["ask_timeout"] = d.ask("what have you done?", timeout_s=0.05)
+        futures = [d.ask_async(f"question {i}?", timeout_s=10.0) for i in range(7)]
+        d.wait_until(lambda: all(f.done() for f in futures), 20.0, "answers to 7 concurrent questions")
+        out["ask_many"] = [(f.result().success, f.result().error) for f in futures]
 
         # a stale camera: chunks stop (max_observation_age_s 0.5), then resume
         d.mode[0] = "off"
@@ -151,11 +155,18 @@ def test_stale_and_bad_inputs_never_crash_or_stall_the_loop(start_node):
     """A stale camera stops chunks (diagnostics ERROR naming it) and they resume when images
     return. Each bad input is rejected: the node keeps running, /diagnostics reports an
     ERROR naming the problem, the log has a specific line, and chunks resume when the
-    input is good again. Empty and over-long questions are unsuccessful with a message."""
+    input is good again. Empty, over-long, timed-out and beyond-the-limit questions are
+    unsuccessful with a message."""
     node = start_node(autostart=True)
     r = run_peers(__file__, {"driver": ["stale_and_bad_inputs_run", node.namespace]}, timeout=90)["driver"]
     assert r["ask_empty"]["success"] is False and r["ask_empty"]["error"] == "empty question"
     assert r["ask_long"]["success"] is False and "question too long" in r["ask_long"]["error"]
+    assert r["ask_timeout"]["success"] is False and "timed out after 0.05 s" in r["ask_timeout"]["error"]
+    # max_concurrent_questions 4; the timed-out question may still be in flight
+    answered = [ok for ok, _ in r["ask_many"] if ok]
+    refused = [err for ok, err in r["ask_many"] if not ok]
+    assert 3 <= len(answered) <= 4 and len(refused) == 7 - len(answered), r["ask_many"]
+    assert all("too many questions in flight" in err for err in refused), refused
 
     assert r["stale_chunks"] == 0
     assert any(level == ERROR and "camera/base/image_raw: stale" in msg for level, msg in r["stale_diag_inputs"])
