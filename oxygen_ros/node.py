@@ -457,10 +457,15 @@ class OxygenNode(LifecycleNode):
             q = rt.board.open(prompt, min(p["answer_max_tokens"], rt.engine.config.max_new_tokens))
         except (PromptTooLong, QuestionRejected) as e:
             return reply(error=str(e))
+        if self._state != "active":          # deactivated meanwhile: nobody would answer
+            rt.board.fail(q, f"the node is {self._state}, not active: activate it to ask questions")
         timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
         if not q.event.wait(timeout):
-            return reply(error=f"timed out after {timeout:g} s waiting for the answer "
-                               f"(request {q.request_id} keeps streaming on the answer topic)")
+            reason, at = rt.stats.problem
+            why = f"; frames are not running: {reason}" if reason and time.monotonic() - at < 2.0 else ""
+            where = ("it was not started" if rt.board.withdraw(q)
+                     else f"request {q.request_id} keeps streaming on the answer topic")
+            return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}){why}")
         if q.error:
             return reply(error=q.error)
         return reply(answer=q.answer)

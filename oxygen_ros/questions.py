@@ -16,7 +16,7 @@ class QuestionRejected(RuntimeError):
     pass
 
 
-@dataclass
+@dataclass(eq=False)   # identity: two questions with the same text are different
 class Question:
     prompt: str
     max_new_tokens: int
@@ -67,6 +67,14 @@ class QuestionBoard:
             return False
         self._resolve(q, answer, error)
         return True
+
+    def withdraw(self, q: Question) -> bool:
+        """Drop a question that was not handed to the engine yet (its caller gave up)."""
+        with self._lock:
+            if q in self._new:
+                self._new.remove(q)
+                return True
+            return False
 
     def fail(self, q: Question, error: str) -> None:
         with self._lock:

@@ -236,6 +236,9 @@ def test_question_board_limits_questions_in_flight_until_the_engine_finishes_the
     board.fail_all("deactivated")
     assert q2.event.is_set() and q2.error == "deactivated" and board.in_flight() == 0
     assert not board.finish(12, "late")
+    q3 = board.open("p3", 8)
+    assert board.withdraw(q3) and board.in_flight() == 0 and board.take() == []
+    assert not board.withdraw(q3)
 
 
 # -- params files --------------------------------------------------------------------------
