@@ -1,0 +1,83 @@
+"""`oxygen record --out DIR`: record oxygen_node's outputs into a rosbag2 bag (no ros2 bag needed).
+
+Records the action chunks, narration/memory/answer text, frame timing and /diagnostics
+until Ctrl-C / SIGTERM (or --duration), then closes the bag (metadata.yaml written),
+readable by `ros2 bag info`, rosbags and Foxglove. On a ROS install the same topics:
+    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
+Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS tool.
+"""
+import argparse
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="new folder for the bag (default: oxygen_bag_<date-time> here)")
+    p.add_argument("--namespace", default="/", help="the node's namespace (relative topics follow it)")
+    p.add_argument("--params", metavar="YAML",
+                   help="the node's params file: take topic names from it (*_topic parameters)")
+    p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="rosbag2 storage")
+    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
+    p.add_argument("--quiet", action="store_true", help="no periodic counts")
+
+
+def run(args: argparse.Namespace) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from oxygen_ros.recorder import BagRecorder, params_from_file
+
+    out = args.out or datetime.now().strftime("oxygen_bag_%Y%m%d-%H%M%S")
+    params = params_from_file(args.params) if args.params else None
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)   # our handlers close the bag
+    node = rclpy.create_node("oxygen_recorder", namespace=args.namespace)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        rec = BagRecorder(node, out, args.namespace, params, args.storage)
+    except (FileExistsError, FileNotFoundError, ValueError) as e:
+        print(f"oxygen record: {e}", file=sys.stderr)
+        node.destroy_node()
+        rclpy.try_shutdown()
+        return 2
+    print(f"recording {', '.join(rec.topic_names)} to {rec.path} ({args.storage}); Ctrl-C to stop",
+          flush=True)
+    t0 = last_print = time.monotonic()
+    try:
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=0.05)
+            now = time.monotonic()
+            if args.duration and now - t0 >= args.duration:
+                break
+            if not args.quiet and now - last_print >= 10.0:
+                last_print = now
+                print(f"  {now - t0:5.0f} s: {sum(rec.counts.values())} messages", flush=True)
+        _drain(executor, rec)
+    finally:
+        rec.close()
+        executor.shutdown(timeout_sec=1.0)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    counts = ", ".join(f"{name} {n}" for name, n in rec.counts.items())
+    print(f"bag closed: {rec.path} ({counts})", flush=True)
+    return 0
+
+
+def _drain(executor, rec, quiet_s: float = 0.2, limit_s: float = 3.0) -> None:
+    """Take what DDS already delivered: spin until no message arrived for quiet_s."""
+    end = time.monotonic() + limit_s
+    seen, quiet_since = -1, time.monotonic()
+    while time.monotonic() < end:
+        executor.spin_once(timeout_sec=0.01)
+        total = sum(rec.counts.values())
+        if total != seen:
+            seen, quiet_since = total, time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
