@@ -13,34 +13,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frames", type=int, default=40, help="measured frames per mode")
     p.add_argument("--tokens", type=int, default=30, help="tokens per language request")
     p.add_argument("--steps-per-frame", type=int, default=1, help="decode steps k per frame")
+    p.add_argument("--denoise-steps", type=int, default=0, help="flow-matching steps (0 = the profile's)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--roofline", action="store_true",
+                   help="measure this machine's peaks and compare every phase with its roofline time")
+    p.add_argument("--sweep", action="store_true",
+                   help="oxygen vs sequential over the grid tokens 5..30 x k 1..30 x denoise 5..20")
+    p.add_argument("--plot", metavar="PNG", help="with --sweep: write the sweep plot here")
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from oxygen_ros.engine.bench import MODES, BenchSettings, format_table, run_bench
+    from oxygen_ros.engine import bench
     from oxygen_ros.engine.loading import load_model
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    bad = [m for m in modes if m not in MODES]
+    bad = [m for m in modes if m not in bench.MODES]
     if bad or not modes:
-        print(f"oxygen bench: unknown mode(s) {bad}; choose from {', '.join(MODES)}", file=sys.stderr)
+        print(f"oxygen bench: unknown mode(s) {bad}; choose from {', '.join(bench.MODES)}", file=sys.stderr)
         return 2
-    if args.frames < 1 or args.tokens < 1 or args.steps_per_frame < 1:
+    if args.frames < 1 or args.tokens < 1 or args.steps_per_frame < 1 or args.denoise_steps < 0:
         print("oxygen bench: --frames, --tokens and --steps-per-frame must be >= 1", file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"loading model {args.model}...", file=sys.stderr)
     model, tok = load_model(args.model, checkpoint=args.checkpoint)
-    settings = BenchSettings(workload=args.workload, modes=modes, frames=args.frames,
-                             tokens=args.tokens, steps_per_frame=args.steps_per_frame, seed=args.seed)
-    report = run_bench(model, tok, settings)
+    if args.denoise_steps:
+        model.set_action_schedule(denoise_steps=args.denoise_steps)
+    settings = bench.BenchSettings(workload=args.workload, modes=modes, frames=args.frames,
+                                   tokens=args.tokens, steps_per_frame=args.steps_per_frame, seed=args.seed)
+    if args.sweep:
+        report = bench.run_sweep(model, tok, settings)
+        worst = min(p["fraction_of_ideal"] for p in report["points"])
+        mism = sum(p["text_mismatched_requests"] for p in report["points"])
+        diff = max(p["max_action_abs_diff"] for p in report["points"])
+        print(f"sweep: {len(report['points'])} points; worst fraction of ideal {100 * worst:.0f}%; "
+              f"{mism} text mismatches; max action |diff| {diff:.1e}")
+        if args.plot:
+            bench.plot_sweep(report, args.plot)
+            print(f"wrote {args.plot}", file=sys.stderr)
+    else:
+        report = bench.run_bench(model, tok, settings)
+        print(bench.format_table(report))
+        if args.roofline:
+            bench.add_roofline(report, model, tok, settings)
+            print(bench.format_roofline(report["roofline"]))
     report["torch_threads"] = torch.get_num_threads()
-    print(format_table(report))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

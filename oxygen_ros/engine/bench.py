@@ -161,3 +161,143 @@ def format_table(report: dict) -> str:
                      f"{e['text_mismatched_requests']} text mismatches, "
                      f"max action |diff| {e['max_action_abs_diff']:.2e}")
     return "\n".join(lines)
+
+
+# -- roofline --------------------------------------------------------------------------
+def workload_shape(model: VLAModel, tok, s: BenchSettings) -> dict:
+    from .observation import prefix_text
+    wl = get_workload(s.workload)
+    frame = synthetic_frames(wl, model.cfg.camera_slots, 8, 1, s.seed)[0]
+    cams = min(wl.cameras, len(model.cfg.camera_slots))
+    text = len(tok.encode(prefix_text(frame.instruction, frame.state), add_bos=True))
+    return {"cameras": cams, "prefix_len": cams * model.cfg.vision.tokens_per_image + text,
+            "prompt_len": len(tok.encode(BENCH_PROMPT))}
+
+
+def roofline_phases(costs, shape: dict, mode: str, s: BenchSettings, peaks) -> dict[str, float]:
+    """Roofline ms per phase for one steady-state frame of `mode` (one request per frame)."""
+    lp, tp, n, k = shape["prefix_len"], shape["prompt_len"], s.tokens, s.steps_per_frame
+    copies = 2 if mode == "sequential" else 1       # isolated execution prefills twice
+    ctx0 = lp + tp
+    if mode in ("sequential", "shared"):
+        decode = sum(costs.decode_step([ctx0 + j]).seconds(peaks) for j in range(n - 1))
+    elif mode == "oxygen":
+        batch = max(1, math.ceil((n - 1) / k))
+        steps = min(k, n - 1)
+        decode = steps * costs.decode_step([ctx0 + (n - 1) // 2] * batch).seconds(peaks)
+    else:   # parallel: language runs beside the frame on another worker
+        decode, copies = 0.0, 1
+    admit = costs.admit(lp, tp).seconds(peaks) if mode != "parallel" else 0.0
+    return {"vision": copies * costs.vision(shape["cameras"]).seconds(peaks) * 1e3,
+            "prefill": copies * costs.prefill(lp).seconds(peaks) * 1e3,
+            "action": costs.action(lp).seconds(peaks) * 1e3,
+            "admit": admit * 1e3, "decode": decode * 1e3}
+
+
+def add_roofline(report: dict, model: VLAModel, tok, s: BenchSettings, log=print) -> None:
+    from .roofline import FrameCosts, measure_peaks
+    log("measuring this machine's peaks...", file=sys.stderr)
+    peaks = measure_peaks()
+    costs = FrameCosts(model)
+    shape = workload_shape(model, tok, s)
+    out = {"peak_gflops": peaks.gflops, "peak_gbps": peaks.gbps, **shape, "modes": {}}
+    for mode, m in report["modes"].items():
+        roof = roofline_phases(costs, shape, mode, s, peaks)
+        phases = {p: {"measured_ms": m[f"{p}_ms"], "roofline_ms": roof[p],
+                      "ratio": m[f"{p}_ms"] / roof[p] if roof[p] else None} for p in PHASES}
+        total_roof = sum(roof.values())
+        out["modes"][mode] = {"phases": phases, "frame_ms": m["frame_ms_median"],
+                              "frame_roofline_ms": total_roof,
+                              "frame_ratio": m["frame_ms_median"] / total_roof}
+    if "shared" in report["modes"] and s.tokens > 1:
+        step = report["modes"]["shared"]["decode_ms"] / (s.tokens - 1)
+        ctx = shape["prefix_len"] + shape["prompt_len"] + s.tokens // 2
+        c = costs.decode_step([ctx])
+        out["decode_step_batch1"] = {"measured_ms": step, "bandwidth_roofline_ms": c.bytes / (peaks.gbps * 1e9) * 1e3,
+                                     "ratio": step / (c.bytes / (peaks.gbps * 1e9) * 1e3)}
+    report["roofline"] = out
+
+
+def format_roofline(r: dict) -> str:
+    lines = [f"roofline: peaks {r['peak_gflops']:.1f} GFLOP/s fp32 matmul, {r['peak_gbps']:.1f} GB/s weight streaming;"
+             f" prefix {r['prefix_len']} tokens, prompt {r['prompt_len']}",
+             "mode        " + "".join(f"{p:>16}" for p in PHASES) + "           frame",
+             "            " + "".join(f"{'meas/roof':>16}" for _ in PHASES) + "       meas/roof"]
+    for mode, m in r["modes"].items():
+        row = f"{mode:<12}"
+        for p in PHASES:
+            ph = m["phases"][p]
+            row += f"{ph['measured_ms']:>7.1f}/{ph['roofline_ms']:<7.1f}" + " "
+        row += f"{m['frame_ms']:>8.1f}/{m['frame_roofline_ms']:.1f} (x{m['frame_ratio']:.2f})"
+        lines.append(row)
+    if "decode_step_batch1" in r:
+        d = r["decode_step_batch1"]
+        lines.append(f"decode step at batch 1: {d['measured_ms']:.2f} ms vs bandwidth roofline "
+                     f"{d['bandwidth_roofline_ms']:.2f} ms (x{d['ratio']:.2f})")
+    return "\n".join(lines)
+
+
+# -- sweep -------------------------------------------------------------------------------
+SWEEP_GRID = {"tokens": (5, 10, 20, 30), "steps_per_frame": (1, 5, 10, 30), "denoise_steps": (5, 10, 20)}
+
+
+def run_sweep(model: VLAModel, tok, s: BenchSettings, grid=SWEEP_GRID, log=print) -> dict:
+    """oxygen vs sequential over the grid; the ideal ratio is implied by measured phase costs:
+    sequential's frame time over the sum of oxygen's phase medians (what oxygen would reach
+    if the scheduler, cache management and Python around the model cost nothing)."""
+    points = []
+    original = model.cfg.expert.denoise_steps
+    try:
+        for denoise in grid["denoise_steps"]:
+            model.set_action_schedule(denoise_steps=denoise)
+            for tokens in grid["tokens"]:
+                for k in grid["steps_per_frame"]:
+                    if k > tokens:
+                        continue
+                    ps = BenchSettings(workload=s.workload, modes=("sequential", "oxygen"), frames=s.frames,
+                                       tokens=tokens, steps_per_frame=k, extra_warmup=s.extra_warmup, seed=s.seed)
+                    rep = run_bench(model, tok, ps, log=lambda *a, **kw: None)
+                    seq, ox = rep["modes"]["sequential"], rep["modes"]["oxygen"]
+                    phase_sum = sum(ox[f"{p}_ms"] for p in PHASES)
+                    ideal = seq["frame_ms_median"] / phase_sum
+                    measured = seq["frame_ms_median"] / ox["frame_ms_median"]
+                    point = {"tokens": tokens, "steps_per_frame": k, "denoise_steps": denoise,
+                             "ratio_action_hz": rep["ratios"]["oxygen/sequential"]["action_hz"],
+                             "ratio_lang_tokens_per_s": rep["ratios"]["oxygen/sequential"]["lang_tokens_per_s"],
+                             "ratio_frame_median": measured, "ideal_ratio": ideal,
+                             "fraction_of_ideal": measured / ideal, **rep["exactness"]}
+                    points.append(point)
+                    log(f"  tokens {tokens:>2} k {k:>2} denoise {denoise:>2}: oxygen/sequential x{measured:.2f} "
+                        f"(ideal x{ideal:.2f}, {100 * measured / ideal:.0f}%), "
+                        f"{point['text_mismatched_requests']} mismatches", file=sys.stderr)
+    finally:
+        model.set_action_schedule(denoise_steps=original)
+    return {"model": model.cfg.name, "workload": s.workload, "frames": s.frames, "points": points}
+
+
+def plot_sweep(sweep: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pts = sweep["points"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [3, 1]})
+    x = range(len(pts))
+    ax1.plot(x, [p["ideal_ratio"] for p in pts], "o-", label="ideal (from measured phase costs)")
+    ax1.plot(x, [p["ratio_frame_median"] for p in pts], "s-", label="measured")
+    ax1.set_xticks(list(x))
+    ax1.set_xticklabels([f"{p['tokens']}/{p['steps_per_frame']}/{p['denoise_steps']}" for p in pts],
+                        rotation=90, fontsize=7)
+    ax1.set_xlabel("tokens per request / decode steps per frame k / denoise steps")
+    ax1.set_ylabel("oxygen / sequential (frame rate)")
+    ax1.set_title(f"{sweep['model']} on {sweep['workload']}: speed-up over isolated execution")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    frac = [100 * p["fraction_of_ideal"] for p in pts]
+    ax2.hist(frac, bins=10, color="tab:green")
+    ax2.axvline(90, color="red", linestyle="--", label="90% target")
+    ax2.set_xlabel("measured / ideal (%)")
+    ax2.set_title("fraction of the ideal ratio")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -34,6 +34,14 @@ class VLAModel(nn.Module):
         self.backbone.rope.to(self.device)
         return out
 
+    def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
+        """Change the chunk horizon or the number of Euler steps (neither is a weight shape)."""
+        kw = {k: v for k, v in (("horizon", horizon), ("denoise_steps", denoise_steps)) if v is not None}
+        if any(v < 1 for v in kw.values()):
+            raise ValueError(f"horizon and denoise_steps must be >= 1, got {kw}")
+        self.cfg = self.cfg.with_expert(**kw)
+        self.expert.cfg = self.cfg.expert
+
     def weight_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.parameters())
 

@@ -1,0 +1,102 @@
+"""Roofline model of a frame: this machine's peaks and each phase's FLOPs and bytes.
+
+A phase's roofline time is max(FLOPs / peak FLOP/s, bytes / peak bandwidth), where
+FLOPs count 2 per multiply-add of the linear layers and of attention (QK^T and AV),
+and bytes count the weights the phase streams once per forward pass plus the KV
+entries it reads (fp32: 4 bytes each). Activations are ignored: they are small next
+to the weights and stay in cache. The frame's roofline is the sum of its phases'.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .model import VLAModel
+
+
+@dataclass
+class Peaks:
+    gflops: float     # fp32 matmul
+    gbps: float       # weight streaming (matrix-vector over a matrix far larger than cache)
+
+
+def measure_peaks(repeats: int = 5) -> Peaks:
+    """Best of several runs: a 1024^3 matmul, and a GEMV over a 256 MiB matrix."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    w, x = torch.randn(16384, 4096), torch.randn(1, 4096)
+    best_mm = best_mv = float("inf")
+    with torch.inference_mode():
+        for _ in range(2):
+            a @ b, torch.nn.functional.linear(x, w)
+        for _ in range(repeats):
+            t = time.perf_counter(); a @ b; best_mm = min(best_mm, time.perf_counter() - t)
+            t = time.perf_counter(); torch.nn.functional.linear(x, w); best_mv = min(best_mv, time.perf_counter() - t)
+    return Peaks(gflops=2 * 1024 ** 3 / best_mm / 1e9, gbps=w.numel() * 4 / best_mv / 1e9)
+
+
+def _params(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@dataclass
+class Cost:
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    def __add__(self, o: "Cost") -> "Cost":
+        return Cost(self.flops + o.flops, self.bytes + o.bytes)
+
+    def __mul__(self, n: float) -> "Cost":
+        return Cost(self.flops * n, self.bytes * n)
+
+    def seconds(self, peaks: Peaks) -> float:
+        return max(self.flops / (peaks.gflops * 1e9), self.bytes / (peaks.gbps * 1e9))
+
+
+class FrameCosts:
+    """Analytic costs of each phase for one model (weights in the model's dtype)."""
+
+    def __init__(self, model: VLAModel):
+        c = model.cfg
+        self.cfg = c
+        self.el = model.backbone.embed_tokens.weight.element_size()
+        bb = model.backbone
+        self.layer_params = _params(bb.layers)
+        self.head_params = bb.head_weight().numel()
+        self.vision_params = _params(model.vision) - model.vision.position_embedding.weight.numel()
+        self.expert_params = _params(model.expert.layers) + _params(model.expert.norm) + \
+            _params(model.expert.action_in_proj) + _params(model.expert.action_out_proj)
+        self.q_width = c.backbone.num_heads * c.backbone.head_dim
+        self.kv_per_token = 2 * c.backbone.depth * c.backbone.num_kv_heads * c.backbone.head_dim
+
+    def _attn(self, queries: float, keys: float) -> float:
+        """QK^T and AV over all layers for `queries` x `keys` pairs."""
+        return 4 * queries * keys * self.q_width * self.cfg.backbone.depth
+
+    def vision(self, images: int) -> Cost:
+        v = self.cfg.vision
+        t = v.tokens_per_image
+        flops = images * (2 * self.vision_params * t + 4 * t * t * v.width * v.depth)
+        return Cost(flops, self.vision_params * self.el if images else 0)
+
+    def prefill(self, length: int) -> Cost:
+        return Cost(2 * self.layer_params * length + self._attn(length, length),
+                    self.layer_params * self.el)
+
+    def action(self, prefix: int) -> Cost:
+        e = self.cfg.expert
+        per_step = Cost(2 * self.expert_params * e.horizon + self._attn(e.horizon, prefix + e.horizon),
+                        (self.expert_params + prefix * self.kv_per_token) * self.el)
+        return per_step * e.denoise_steps
+
+    def admit(self, prefix: int, prompt: int, batch: int = 1) -> Cost:
+        rows = prompt * batch
+        return Cost(2 * self.layer_params * rows + self._attn(rows, prefix + prompt) + 2 * self.head_params * batch,
+                    (self.layer_params + self.head_params + batch * prefix * self.kv_per_token) * self.el)
+
+    def decode_step(self, context_lengths: list[int]) -> Cost:
+        b, keys = len(context_lengths), sum(context_lengths)
+        return Cost(2 * (self.layer_params + self.head_params) * b + self._attn(1, keys),
+                    (self.layer_params + self.head_params + keys * self.kv_per_token) * self.el)
