@@ -18,6 +18,7 @@ COMMANDS = [
     ("info", "oxygen_ros.commands.info", "show versions and whether the ROS/torch stack imports"),
     ("bench", "oxygen_ros.commands.bench", "benchmark sequential, shared, oxygen and parallel execution side by side"),
     ("record", "oxygen_ros.commands.record", "record the node's chunks, text, timing and diagnostics into a rosbag2 (MCAP) bag"),
+    ("report", "oxygen_ros.commands.report", "summarise a recorded bag: JSON timing/latency summary and a PNG timeline"),
 ]
 
 

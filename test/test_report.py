@@ -1,0 +1,130 @@
+"""`oxygen report`: exact figures from a bag with known timing, in both rosbag2 storages.
+
+The bag is written directly with rosbags (CDR from rclpy.serialization, definitions
+from the typestore), as `ros2 bag record` writes it: sqlite3 (ros2 bag's default
+before Jazzy) and MCAP. 20 frames at 10 Hz, frames 5 and 6 over their deadline, one
+narration, one answer, one unfinished memory entry, all at known frames.
+"""
+import json
+
+import pytest
+
+from oxygen_ros.cli import main
+
+T0 = 1_700_000_000.0
+PERIOD = 0.1
+PHASES = {"prefill_ms": 10.0, "action_ms": 20.0, "admit_ms": 5.0, "decode_ms": 15.0}
+
+
+def end_of(frame: int) -> float:
+    return T0 + PERIOD * frame + 0.05
+
+
+def write_bag(path, storage: str, ns: str = "/robot"):
+    """Messages built and serialised with the rosbags typestore (CDR as DDS carries it)."""
+    import numpy as np
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from oxygen_ros.bag_types import typestore
+
+    store = typestore()
+    T = store.types
+    Time, Duration = T["builtin_interfaces/msg/Time"], T["builtin_interfaces/msg/Duration"]
+    Header = T["std_msgs/msg/Header"]
+
+    def header(t):
+        sec = int(t)
+        return Header(stamp=Time(sec=sec, nanosec=int(round((t - sec) * 1e9))), frame_id="")
+
+    empty = np.zeros(0, dtype=np.float64)
+    plugin = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}[storage]
+    with Writer(path, version=9, storage_plugin=plugin) as w:
+        conns = {name: w.add_connection(f"{ns}/{name}" if name[0] != "/" else name, msgtype, typestore=store)
+                 for name, msgtype in [("joint_trajectory", "trajectory_msgs/msg/JointTrajectory"),
+                                       ("frame_timing", "oxygen_msgs/msg/FrameTiming"),
+                                       ("narration", "oxygen_msgs/msg/TextChunk"),
+                                       ("memory", "oxygen_msgs/msg/TextChunk"),
+                                       ("answer", "oxygen_msgs/msg/TextChunk"),
+                                       ("/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")]}
+
+        def put(name, msg, t):
+            w.write(conns[name], int(t * 1e9) + 1_000_000, store.serialize_cdr(msg, conns[name].msgtype))
+
+        text = {2: [("narration", 1, 2, "The robot", 4, False)],
+                3: [("narration", 1, 2, " reaches", 8, False)],
+                4: [("narration", 1, 2, " out.", 10, True)],
+                11: [("answer", 2, 10, "I picked", 3, False)],
+                12: [("answer", 2, 10, " it up.", 6, True)],
+                15: [("memory", 3, 15, "Moved", 2, False)]}
+        full = {"narration": "The robot reaches out.", "answer": "I picked it up."}
+        for i in range(20):
+            t = end_of(i)
+            points = [T["trajectory_msgs/msg/JointTrajectoryPoint"](
+                positions=np.zeros(1), velocities=empty, accelerations=empty, effort=empty,
+                time_from_start=Duration(sec=0, nanosec=k * 100_000_000)) for k in (1, 2, 3)]
+            put("joint_trajectory", T["trajectory_msgs/msg/JointTrajectory"](
+                header=header(t), joint_names=["a"], points=points), t)
+            missed = i in (5, 6)
+            tokens = sum(tc - {3: 4, 4: 8, 12: 3}.get(i, 0) for _, _, _, _, tc, _ in text.get(i, []))
+            put("frame_timing", T["oxygen_msgs/msg/FrameTiming"](
+                header=header(t), frame_index=i, observation_stamp=Time(sec=0, nanosec=0),
+                total_ms=130.0 if missed else 50.0, decode_steps=1, live_requests=0, queued_requests=0,
+                tokens_emitted=tokens, period_ms=100.0, deadline_missed=missed, kv_bytes_in_use=0,
+                **PHASES), t)
+            for stream, rid, start, delta, count, done in text.get(i, []):
+                put(stream, T["oxygen_msgs/msg/TextChunk"](
+                    header=header(t), stream=stream, request_id=rid, start_frame=start, delta=delta,
+                    token_count=count, done=done, full_text=full[stream] if done else ""), t)
+        status = T["diagnostic_msgs/msg/DiagnosticStatus"](
+            level=0, name="/robot/oxygen_node: control loop", message="", hardware_id="tiny",
+            values=[T["diagnostic_msgs/msg/KeyValue"](key="skipped_ticks", value="3")])
+        put("/diagnostics", T["diagnostic_msgs/msg/DiagnosticArray"](header=header(end_of(19)), status=[status]),
+            end_of(19))
+
+
+@pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
+def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
+    """Intervals, rate, misses and per-request frames/seconds/tokens are exact, whatever
+    the storage; the PNG is written."""
+    import matplotlib.image
+
+    bag = tmp_path / "bag"
+    write_bag(bag, storage)
+    assert main(["report", str(bag), "--out", str(tmp_path / "rep")]) == 0
+    s = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    c = s["chunks"]
+    assert c["count"] == 20
+    for key in ("mean", "p50", "p95", "max"):
+        assert c["interval_ms"][key] == pytest.approx(100.0, abs=1e-3)
+    assert c["achieved_rate_hz"] == pytest.approx(10.0, abs=1e-3)
+    assert c["target_rate_hz"] == pytest.approx(10.0)
+    assert c["points_per_chunk"] == 3 and c["point_period_s"] == pytest.approx(0.1)
+    fr = s["frames"]
+    assert fr["count"] == 20 and fr["deadline_misses"] == 2 and fr["skipped_ticks"] == 3
+    assert fr["phase_ms_mean"] == pytest.approx({"prefill": 10.0, "action": 20.0, "admit": 5.0, "decode": 15.0})
+    req = {r["stream"]: r for r in s["requests"]}
+    n = req["narration"]
+    assert (n["start_frame"], n["first_token_frame"], n["done_frame"]) == (2, 2, 4)
+    assert (n["frames_to_first_token"], n["frames_to_done"]) == (0, 2)
+    assert n["seconds_to_first_token"] == pytest.approx(0.05, abs=1e-3)
+    assert n["seconds_to_done"] == pytest.approx(0.25, abs=1e-3)
+    assert n["tokens"] == 10 and n["tokens_per_s"] == pytest.approx(40.0, rel=1e-2)
+    assert n["text"] == "The robot reaches out."
+    a = req["answer"]
+    assert (a["frames_to_first_token"], a["frames_to_done"]) == (1, 2)
+    assert a["seconds_to_first_token"] == pytest.approx(0.15, abs=1e-3)
+    assert a["text"] == "I picked it up."
+    m = req["memory"]
+    assert not m["done"] and m["seconds_to_done"] is None and m["text"] == "Moved"
+    lang = s["language"]
+    assert (lang["requests"], lang["done"], lang["tokens"]) == (3, 2, 18)
+    assert lang["by_stream"]["narration"]["done"] == 1
+    img = matplotlib.image.imread(tmp_path / "rep" / "timeline.png")
+    assert img.shape[0] > 500 and img.shape[1] > 1000
+    out = capsys.readouterr().out
+    assert "20 in" in out and "10.00 Hz" in out and "deadline misses 2" in out
+
+
+def test_report_rejects_a_folder_without_a_bag(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "metadata.yaml" in capsys.readouterr().err
