@@ -19,6 +19,7 @@ COMMANDS = [
     ("bench", "oxygen_ros.commands.bench", "benchmark sequential, shared, oxygen and parallel execution side by side"),
     ("record", "oxygen_ros.commands.record", "record the node's chunks, text, timing and diagnostics into a rosbag2 (MCAP) bag"),
     ("report", "oxygen_ros.commands.report", "summarise a recorded bag: JSON timing/latency summary and a PNG timeline"),
+    ("sim", "oxygen_ros.commands.sim", "a simulated robot: rendered cameras and joint states that follow the chunks"),
 ]
 
 
