@@ -26,10 +26,16 @@ class ExpertLayer(nn.Module):
         self.post_attention_layernorm = AdaRMSNorm(cfg.width, cfg.width, NORM_EPS)
         self.mlp = GatedMLP(cfg.width, cfg.mlp_dim, "gelu_tanh")
 
-    def forward(self, x, cond, rope, cache: CacheView):
-        scale, shift, gate = self.input_layernorm.modulation(cond)
+    def modulations(self, cond: torch.Tensor) -> torch.Tensor:
+        """cond [N, W] (one row per denoise step) -> [N, 6, W]: scale, shift, gate of both norms."""
+        first = self.input_layernorm.dense(cond)
+        second = self.post_attention_layernorm.dense(cond)
+        return torch.cat([first, second], dim=-1).unflatten(-1, (6, -1))
+
+    def forward(self, x, mod, rope, cache: CacheView):
+        scale, shift, gate = mod[0], mod[1], mod[2]
         h = x + self.self_attn(self.input_layernorm.normalize(x, scale, shift), rope, cache, None) * gate
-        scale, shift, gate = self.post_attention_layernorm.modulation(cond)
+        scale, shift, gate = mod[3], mod[4], mod[5]
         return h + self.mlp(self.post_attention_layernorm.normalize(h, scale, shift)) * gate
 
 
@@ -38,9 +44,12 @@ class FinalAdaNorm(nn.Module):
         super().__init__()
         self.dense = nn.Linear(width, 3 * width)
 
-    def forward(self, x, cond):
-        scale, shift, _gate = self.dense(cond).chunk(3, dim=-1)
-        return ada_rms_normalize(x, scale, shift, NORM_EPS)
+    def modulations(self, cond: torch.Tensor) -> torch.Tensor:
+        """cond [N, W] -> [N, 2, W]: scale and shift (the final norm's gate is unused)."""
+        return self.dense(cond).unflatten(-1, (3, -1))[:, :2]
+
+    def forward(self, x, mod):
+        return ada_rms_normalize(x, mod[0], mod[1], NORM_EPS)
 
 
 def time_embedding(t: float, width: int, dtype=torch.float32) -> torch.Tensor:
@@ -62,31 +71,34 @@ class ActionExpert(nn.Module):
         self.time_mlp_in = nn.Linear(cfg.width, cfg.width)
         self.time_mlp_out = nn.Linear(cfg.width, cfg.width)
 
-    def condition(self, t: float) -> torch.Tensor:
+    def condition(self, ts: list[float]) -> torch.Tensor:
+        """The time conditioning of every denoise step at once: [N, W]."""
         w = self.time_mlp_in.weight
-        emb = time_embedding(t, self.cfg.width).to(device=w.device, dtype=w.dtype)
+        emb = torch.stack([time_embedding(t, self.cfg.width) for t in ts]).to(device=w.device, dtype=w.dtype)
         return nn.functional.silu(self.time_mlp_out(nn.functional.silu(self.time_mlp_in(emb))))
-
-    def velocity(self, x_t: torch.Tensor, t: float, pool, slot: int, prefix_len: int,
-                 rope) -> torch.Tensor:
-        """x_t [1, H, D] -> velocity [1, H, D]; reads backbone prefix K/V of `slot`."""
-        cond = self.condition(t)
-        h = self.action_in_proj(x_t)
-        horizon = x_t.shape[1]
-        for i, layer in enumerate(self.layers):
-            cache = CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), prefix_len,
-                              prefix_len + horizon)
-            h = layer(h, cond, rope, cache)
-        return self.action_out_proj(self.norm(h, cond))
 
     def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
                steps: int) -> torch.Tensor:
-        """Euler-integrate the flow from noise at t=1 to t=0 (t_k = float32(1 + k*dt))."""
-        positions = torch.arange(prefix_len, prefix_len + noise.shape[1], device=noise.device)
+        """Euler-integrate the flow from noise at t=1 to t=0 (t_k = float32(1 + k*dt)).
+
+        The adaptive norms depend on t only, so their scale/shift/gate for all steps are
+        computed up front in one matmul per layer: the modulation weights are read once
+        per chunk instead of once per step.
+        """
+        horizon = noise.shape[1]
+        positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
         rope = rope_tables.tables(positions[None], noise.dtype)
         dt = -1.0 / steps
+        ts = [float(torch.tensor(1.0 + k * dt, dtype=torch.float32)) for k in range(steps)]
+        cond = self.condition(ts)
+        layer_mods = [layer.modulations(cond) for layer in self.layers]
+        final_mods = self.norm.modulations(cond)
+        caches = [CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), prefix_len, prefix_len + horizon)
+                  for i in range(len(self.layers))]
         x = noise
         for k in range(steps):
-            t = float(torch.tensor(1.0 + k * dt, dtype=torch.float32))
-            x = x + dt * self.velocity(x, t, pool, slot, prefix_len, rope)
+            h = self.action_in_proj(x)
+            for layer, mods, cache in zip(self.layers, layer_mods, caches):
+                h = layer(h, mods[k], rope, cache)
+            x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
         return x

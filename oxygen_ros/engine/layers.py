@@ -41,10 +41,6 @@ class AdaRMSNorm(nn.Module):
         nn.init.zeros_(self.dense.weight)
         nn.init.zeros_(self.dense.bias)
 
-    def modulation(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        scale, shift, gate = self.dense(cond).chunk(3, dim=-1)
-        return scale, shift, gate
-
     def normalize(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         return ada_rms_normalize(x, scale, shift, self.eps)
 

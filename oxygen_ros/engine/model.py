@@ -102,14 +102,18 @@ class VLAModel(nn.Module):
         return self.backbone(x, positions, pool, slice(first_slot, first_slot + b), start,
                              start + t, mask[None, None])
 
-    def decode(self, ids: torch.Tensor, pool: KVPool, lengths: torch.Tensor) -> torch.Tensor:
+    def decode(self, ids: torch.Tensor, pool: KVPool, lengths: torch.Tensor,
+               read_len: int | None = None) -> torch.Tensor:
         """One batched decode step for the live slots 0..B-1.
 
         ids [B]: each row's newest token, written at position lengths[i]; rows attend
-        over their own [0, lengths[i]] only. Returns the next greedy token per row [B].
+        over their own [0, lengths[i]] only. `read_len` (> every lengths[i]) lets the
+        caller pass the bound from host-side bookkeeping, so no device sync is needed.
+        Returns the next greedy token per row [B], on the device.
         """
         b = ids.shape[0]
-        read_len = int(lengths.max()) + 1
+        if read_len is None:
+            read_len = int(lengths.max()) + 1
         x = self.backbone.embed(ids[:, None])
         mask = (torch.arange(read_len, device=self.device)[None, :] <= lengths[:, None])[:, None, None, :]
         hidden = self.backbone(x, lengths[:, None], pool, slice(0, b), lengths, read_len, mask)

@@ -66,8 +66,12 @@ class FrameCosts:
         self.layer_params = _params(bb.layers)
         self.head_params = bb.head_weight().numel()
         self.vision_params = _params(model.vision) - model.vision.position_embedding.weight.numel()
-        self.expert_params = _params(model.expert.layers) + _params(model.expert.norm) + \
-            _params(model.expert.action_in_proj) + _params(model.expert.action_out_proj)
+        ex = model.expert
+        # adaptive-norm weights are applied once per chunk (all steps' modulations at once)
+        self.modulation_params = sum(_params(l.input_layernorm) + _params(l.post_attention_layernorm)
+                                     for l in ex.layers) + _params(ex.norm)
+        self.expert_params = _params(ex.layers) - self.modulation_params + _params(ex.norm) + \
+            _params(ex.action_in_proj) + _params(ex.action_out_proj)
         self.q_width = c.backbone.num_heads * c.backbone.head_dim
         self.kv_per_token = 2 * c.backbone.depth * c.backbone.num_kv_heads * c.backbone.head_dim
 
@@ -89,7 +93,8 @@ class FrameCosts:
         e = self.cfg.expert
         per_step = Cost(2 * self.expert_params * e.horizon + self._attn(e.horizon, prefix + e.horizon),
                         (self.expert_params + prefix * self.kv_per_token) * self.el)
-        return per_step * e.denoise_steps
+        once = Cost(2 * self.modulation_params * e.denoise_steps, self.modulation_params * self.el)
+        return per_step * e.denoise_steps + once
 
     def admit(self, prefix: int, prompt: int, batch: int = 1) -> Cost:
         rows = prompt * batch

@@ -145,13 +145,8 @@ class OxygenEngine(EngineBase):
         with timer("admit"):
             self._admit(staging, plen, deltas)
         k = self._decode_budget(timer)
-        steps = 0
         with timer("decode"):
-            for _ in range(k):
-                if not self.live:
-                    break
-                self._decode_step(deltas)
-                steps += 1
+            steps = self._decode(k, deltas)
         if steps:
             per_step = timer.ms["decode"] / steps
             self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
@@ -197,17 +192,38 @@ class OxygenEngine(EngineBase):
                 finished.append(slot)
         self._release(finished)
 
-    def _decode_step(self, deltas: list[TextDelta]) -> None:
-        ids = torch.tensor([lv.tokens[-1] for lv in self.live], device=self.model.device)
-        lengths = torch.tensor([lv.length for lv in self.live], device=self.model.device)
-        nxt = self.model.decode(ids, self.pool, lengths).tolist()
+    def _decode(self, k: int, deltas: list[TextDelta]) -> int:
+        """Up to k batched decode steps over every live request; returns the steps run.
+
+        Tokens stay on the device between steps and come to the host once per frame, so
+        a GPU frame has no host sync inside its decode loop. A request that finishes
+        mid-frame rides along until the frame's last step (its extra tokens are dropped;
+        its writes are clamped inside its own slot) and is released afterwards.
+        """
+        if not self.live:
+            return 0
+        steps = min(k, max(lv.req.max_new_tokens - len(lv.tokens) for lv in self.live))
+        dev = self.model.device
+        ids = torch.tensor([lv.tokens[-1] for lv in self.live], device=dev)
+        start = [lv.length for lv in self.live]
+        lengths = torch.tensor(start, device=dev)
+        top = self.pool.max_len - 1
+        produced = []
+        for s in range(steps):
+            ids = self.model.decode(ids, self.pool, lengths, min(max(start) + s, top) + 1)
+            produced.append(ids)
+            lengths = (lengths + 1).clamp_(max=top)
+        tokens = torch.stack(produced, dim=1).tolist()
         finished = []
-        for slot, (lv, token) in enumerate(zip(self.live, nxt)):
-            lv.length += 1
+        for slot, (lv, row) in enumerate(zip(self.live, tokens)):
+            for token in row:
+                lv.length += 1
+                if self.accept_token(lv, token, deltas):
+                    finished.append(slot)
+                    break
             self.pool.lengths[slot] = lv.length
-            if self.accept_token(lv, token, deltas):
-                finished.append(slot)
         self._release(finished)
+        return steps
 
     def _release(self, slots: list[int]) -> None:
         for slot in sorted(slots, reverse=True):
