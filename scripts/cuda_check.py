@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Short prepared check of the CUDA path (run on a GPU machine; exits 2 without CUDA).
+
+    .venv/bin/python scripts/cuda_check.py [--profile pi05-quarter|pi05] [--frames 12]
+
+For the profile with random weights in bfloat16 on CUDA it checks that
+  1. oxygen's action chunks match isolated execution (bf16 tolerance) and its texts
+     equal isolated greedy decoding (mismatches are printed);
+  2. the decode loop of a frame runs without host syncs (torch.cuda sync debug mode
+     set to "error" around the k decode steps; the one tokens-to-host copy is after);
+  3. oxygen vs sequential frame times side by side (ratio printed, not asserted).
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="pi05-quarter")
+    ap.add_argument("--frames", type=int, default=12)
+    ap.add_argument("--tokens", type=int, default=20)
+    ap.add_argument("--k", type=int, default=5)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("cuda_check: no CUDA device here", file=sys.stderr)
+        return 2
+    from oxygen_ros.engine.baselines import SequentialEngine
+    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+    from oxygen_ros.engine.workloads import get_workload, synthetic_frames
+
+    model, tok = load_model(args.profile, dtype="bfloat16", device="cuda")
+    print(f"{args.profile}: {model.weight_bytes() / 2**30:.2f} GiB of bf16 weights on {torch.cuda.get_device_name()}")
+    frames = synthetic_frames(get_workload("libero"), model.cfg.camera_slots, 224, args.frames + 1)
+    e = model.cfg.expert
+    noises = [torch.randn(e.horizon, e.action_dim, generator=torch.Generator().manual_seed(i)) for i in range(len(frames))]
+    cfg = EngineConfig(max_requests=args.tokens // args.k + 3, max_new_tokens=args.tokens, steps_per_frame=args.k)
+
+    # (2) no host sync inside the decode loop: wrap the engine's decode with sync debug mode
+    original = OxygenEngine._decode
+
+    def guarded(self, k, deltas):
+        model_decode = self.model.decode
+
+        def strict(*a, **kw):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return model_decode(*a, **kw)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        self.model.decode = strict
+        try:
+            return original(self, k, deltas)
+        finally:
+            del self.model.decode
+    OxygenEngine._decode = guarded
+
+    results = {}
+    for name, cls in (("sequential", SequentialEngine), ("oxygen", OxygenEngine)):
+        eng = cls(model, tok, cfg)
+        times, outs, texts = [], [], {}
+        for f in range(args.frames):
+            eng.submit(LanguageRequest("Describe what the robot is doing.", max_new_tokens=args.tokens, ignore_eos=True))
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            res = eng.step(frames[f], noises[f])
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) * 1e3)
+            outs.append(res)
+            texts.update({d.request_id: d.full_text for d in res.finished})
+        results[name] = (times, outs, texts)
+        print(f"{name:<10} frame median {statistics.median(times[3:]):8.1f} ms")
+    OxygenEngine._decode = original
+    seq, ox = results["sequential"], results["oxygen"]
+    print(f"oxygen/sequential frame-rate ratio x{statistics.median(seq[0][3:]) / statistics.median(ox[0][3:]):.2f}")
+    diff = max(float(abs(a.actions - b.actions).max()) for a, b in zip(seq[1], ox[1]))
+    common = set(seq[2]) & set(ox[2])
+    mism = [r for r in common if seq[2][r] != ox[2][r]]
+    print(f"max action |diff| {diff:.3e} (bf16); {len(common)} requests compared, {len(mism)} text mismatches")
+    for r in sorted(mism)[:5]:
+        print(f"  request {r}: sequential {seq[2][r]!r} vs oxygen {ox[2][r]!r}")
+    ok = diff < 5e-2 and not mism
+    print("CUDA check", "PASSED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
