@@ -111,7 +111,7 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     hkv = k.shape[1]
     g = h // hkv
     qg = q.reshape(b, hkv, g * t, d)
-    if mask is not None and g > 1:
+    if mask is not None and g > 1 and t > 1:   # one query per row (decode) broadcasts as is
         mask = mask.unsqueeze(2).expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
     out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
     return out.reshape(b, h, t, d)
