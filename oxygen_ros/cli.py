@@ -21,6 +21,7 @@ COMMANDS = [
     ("record", "oxygen_ros.commands.record", "record the node's chunks, text, timing and diagnostics into a rosbag2 (MCAP) bag"),
     ("report", "oxygen_ros.commands.report", "summarise a recorded bag: JSON timing/latency summary and a PNG timeline"),
     ("sim", "oxygen_ros.commands.sim", "a simulated robot: rendered cameras and joint states that follow the chunks"),
+    ("demo", "oxygen_ros.commands.demo", "simulated robot + node + recorder for a minute, a question, then the report"),
 ]
 
 

@@ -1,0 +1,265 @@
+"""`oxygen demo`: the whole loop on this machine for about a minute, then the report.
+
+Starts the simulated robot (`oxygen sim`), oxygen_node with the params file (default
+config/demo.yaml: SmolLM2 on the CPU; autostart) and the recorder (`oxygen record`);
+prints the narration and memory lines as they finish, asks "what have you done?" half
+way through and prints the answer; then stops everything (node, robot, recorder, in
+that order, so the bag keeps the last messages), writes summary.json and timeline.png
+next to the bag and prints the timing summary and the output folder.
+Every child runs in its own session and is stopped on exit, Ctrl-C or SIGTERM included.
+DDS stays on this machine (ROS_LOCALHOST_ONLY=1, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST)
+on a random ROS_DOMAIN_ID unless --domain-id is given.
+"""
+import argparse
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+STATUS_EVERY_S = 10.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", metavar="YAML", help="the node's params file (default: config/demo.yaml)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds to run after the first frame")
+    p.add_argument("--out", help="output folder (default: out/demo-<date-time> in the checkout)")
+    p.add_argument("--question", default="what have you done?", help="asked through ~/ask_progress")
+    p.add_argument("--ask-at", type=float, default=None, help="seconds after the first frame (default: half-way)")
+    p.add_argument("--startup-timeout", type=float, default=900.0,
+                   help="seconds to wait for the node's first frame (model loading)")
+    p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random 1..100)")
+    p.add_argument("--image-size", type=int, default=160, help="simulated camera image size")
+
+
+def _default_out() -> Path:
+    from oxygen_ros.paths import checkout_root
+
+    base = checkout_root() or Path.cwd()
+    return base / "out" / datetime.now().strftime("demo-%Y%m%d-%H%M%S")
+
+
+class _Console:
+    """print() plus a transcript file (demo.txt in the output folder)."""
+
+    def __init__(self, path: Path):
+        self._f = open(path, "w")
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str = "") -> None:
+        with self._lock:
+            print(line, flush=True)
+            self._f.write(line + "\n")
+            self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _prepare_weights(params: dict, say) -> None:
+    """The smol profile converts its GGUF once (tens of seconds): do it here, with progress."""
+    checkpoint = str(params.get("checkpoint") or "")
+    if params.get("model") != "smol" or (checkpoint and not checkpoint.endswith(".gguf")):
+        return
+    from oxygen_ros.engine.gguf_weights import ensure_cached
+
+    say("checking the SmolLM2 weights cache (the first run converts the GGUF: tens of seconds) ...")
+    cached = ensure_cached(params.get("checkpoint") or None, progress=sys.stdout)
+    say(f"weights: {cached.weights} ({'converted now' if cached.converted else 'cached'})")
+
+
+def _node_log_lines(child, offset: int):
+    """New lines of the node's log worth showing (configure/activate, errors); new offset."""
+    try:
+        with open(child.log, errors="replace") as f:
+            f.seek(offset)
+            text = f.read()
+    except OSError:
+        return [], offset
+    end = text.rfind("\n") + 1
+    keep = [line for line in text[:end].splitlines()
+            if any(k in line for k in ("configured in", "active:", "configure failed", "Traceback"))]
+    return keep, offset + len(text[:end].encode())
+
+
+def run(args: argparse.Namespace) -> int:
+    from oxygen_ros.child_processes import Children
+    from oxygen_ros.paths import config_file
+    from oxygen_ros.recorder import params_from_file
+
+    params_path = Path(args.params) if args.params else config_file("demo.yaml")
+    params = params_from_file(params_path)
+    out = Path(args.out) if args.out else _default_out()
+    out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()
+    say = _Console(out / "demo.txt")
+    domain = args.domain_id if args.domain_id is not None else random.SystemRandom().randint(1, 100)
+    os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                      ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+    ask_at = args.duration / 2 if args.ask_at is None else args.ask_at
+    say(f"oxygen demo: model {params.get('model')} from {params_path}, {args.duration:g} s after the first "
+        f"frame, question at {ask_at:g} s")
+    say(f"output folder: {out}")
+    say(f"DDS: ROS_DOMAIN_ID={domain}, localhost only")
+
+    try:
+        _prepare_weights(params, say)      # nothing started yet: Ctrl-C simply ends it
+    except KeyboardInterrupt:
+        say("interrupted")
+        say.close()
+        return 130
+
+    stop = threading.Event()
+    interrupted = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+
+    children = Children(out / "logs", env=os.environ.copy())
+    status = 1
+    try:
+        status = _run_children(args, params, params_path, out, say, children, stop, ask_at)
+    finally:
+        if children.children:
+            say("stopping: oxygen_node, sim, recorder ...")
+            codes = children.stop_all(["node", "sim", "recorder"])
+            left = [c.name for c in children.children.values() if c.alive()]
+            say(f"all processes ended ({', '.join(f'{n} exit {c}' for n, c in codes.items())})"
+                if not left else f"STILL RUNNING: {left}")
+        if interrupted:
+            say(f"interrupted ({interrupted[0]})")
+            status = 130
+        _report(out, say)
+        say(f"output folder: {out}")
+        say.close()
+    return status
+
+
+def _run_children(args, params, params_path, out, say, children, stop, ask_at) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from oxygen_ros.demo_monitor import DemoMonitor, clean
+
+    py = sys.executable
+    children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
+                           "--image-size", str(args.image_size)])
+    children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(out / "bag"),
+                                "--params", str(params_path), "--quiet"])
+    children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
+                            "-p", "autostart:=true"])
+    say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
+        + f"; logs in {children.log_dir}")
+
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node("oxygen_demo")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        mon = DemoMonitor(node, params, say)
+        return _watch(args, children, mon, executor, say, stop, ask_at, clean)
+    finally:
+        executor.shutdown(timeout_sec=1.0)
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
+    node_child = children.children["node"]
+    t0 = time.monotonic()
+    log_offset, last_wait = 0, t0
+    # 1. until the first frame: model loading
+    while mon.t_first is None and not stop.is_set():
+        executor.spin_once(timeout_sec=0.1)
+        lines, log_offset = _node_log_lines(node_child, log_offset)
+        for line in lines:
+            say(f"node: {line.strip()}")
+        dead = children.dead()
+        if dead:
+            say(f"{dead[0].name} exited (code {dead[0].proc.returncode}) before the first frame; its log:\n"
+                + dead[0].log_tail())
+            return 1
+        now = time.monotonic()
+        if now - t0 > args.startup_timeout:
+            say(f"no frame after {args.startup_timeout:g} s; the node's log:\n" + node_child.log_tail())
+            return 1
+        if now - last_wait >= 10.0:
+            last_wait = now
+            say(f"waiting for oxygen_node to load the model and start ({now - t0:.0f} s) ...")
+    if stop.is_set():
+        return 130
+    say(f"{mon.stamp()} first action chunk after {time.monotonic() - t0:.1f} s; running for {args.duration:g} s")
+
+    # 2. the run: status lines, the question, then wait for its answer
+    future, asked_at, answered = None, None, False
+    next_status = STATUS_EVERY_S
+    answer_deadline = None
+    while not stop.is_set():
+        executor.spin_once(timeout_sec=0.05)
+        t = mon.elapsed()
+        lines, log_offset = _node_log_lines(node_child, log_offset)
+        for line in lines:
+            say(f"node: {line.strip()}")
+        dead = children.dead()
+        if dead:
+            say(f"{dead[0].name} exited (code {dead[0].proc.returncode}) during the run; its log:\n"
+                + dead[0].log_tail())
+            return 1
+        if t >= next_status:
+            next_status += STATUS_EVERY_S
+            say(mon.status_line())
+        if asked_at is None and t >= ask_at:
+            future = mon.ask(args.question)
+            if future is not None:
+                asked_at = t
+                say(f"{mon.stamp()} asking: {args.question!r}")
+        if future is not None and not answered and future.done():
+            answered = True
+            r = future.result()
+            if r.success:
+                say(f"{mon.stamp()} answer after {r.latency_s:.1f} s: {clean(r.answer, 400)}")
+            else:
+                say(f"{mon.stamp()} no answer: {r.error}")
+        if t >= args.duration:
+            if asked_at is None or answered:
+                break
+            if answer_deadline is None:
+                answer_deadline = time.monotonic() + 180.0
+                say(f"{mon.stamp()} waiting for the answer before stopping ...")
+            if time.monotonic() > answer_deadline:
+                say(f"{mon.stamp()} no answer within 180 s after the run")
+                break
+    if stop.is_set():
+        return 130
+    say(mon.status_line())
+    return 0 if answered and mon.frames else 1
+
+
+def _report(out: Path, say) -> None:
+    from oxygen_ros.bag_report import format_summary
+    from oxygen_ros.commands.report import write_report
+
+    bag = out / "bag"
+    if not (bag / "metadata.yaml").is_file():
+        say(f"no closed bag at {bag}; no report")
+        return
+    try:
+        summary = write_report(bag, out, title=f"oxygen demo: {out.name}")
+    except Exception as e:  # noqa: BLE001 - the run's outputs stay; say why there is no report
+        say(f"report failed: {type(e).__name__}: {e}")
+        return
+    counts = ", ".join(f"{t.rsplit('/', 1)[-1]} {v['messages']}" for t, v in summary["topics"].items())
+    say(f"bag: {bag} ({counts})")
+    say("timing summary:")
+    for line in format_summary(summary).splitlines():
+        say("  " + line)
+    say(f"wrote {out / 'summary.json'} and {out / 'timeline.png'}")
