@@ -3,7 +3,7 @@ PYTHON_VENV := .venv/bin/python
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test check-colcon clean
+.PHONY: help setup test check-colcon demo clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -16,6 +16,9 @@ test: setup ## set up if needed, then run the whole test suite (PYTEST_ARGS=... 
 
 check-colcon: setup ## build oxygen_msgs + oxygen_ros with colcon in a throwaway workspace
 	@scripts/check_colcon.sh
+
+demo: setup ## sim robot + node (config/demo.yaml, SmolLM2 on CPU) + recorder for ~1 min; report in out/ (DEMO_ARGS=...)
+	.venv/bin/oxygen demo $(DEMO_ARGS)
 
 clean: ## remove build outputs (keeps .venv; delete it by hand for a full reset)
 	rm -rf build log install .pytest_cache
