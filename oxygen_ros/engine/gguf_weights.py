@@ -271,6 +271,11 @@ def ensure_cached(gguf_path: Path | None = None, directory: Path | None = None,
     weights, tokjson = cache_paths(gguf_path, directory)
     if weights.is_file() and tokjson.is_file():
         return CachedGGUF(gguf_path, weights, tokjson, converted=False)
+    if progress is not None:
+        progress.write(f"first use of {gguf_path.name}: dequantising it into {weights.parent} "
+                       f"(once; later loads read the cache)\n")
+        progress.flush()
+    t0 = time.perf_counter()
     state, hp, tok = convert_gguf(gguf_path, progress)
     weights.parent.mkdir(parents=True, exist_ok=True)
     # write to temporary names, then rename: a crash or a concurrent converter never
@@ -289,6 +294,9 @@ def ensure_cached(gguf_path: Path | None = None, directory: Path | None = None,
             if p.exists():
                 p.unlink()
     _remove_stale(weights, tokjson)
+    if progress is not None:
+        progress.write(f"converted in {time.perf_counter() - t0:.1f} s: {weights}\n")
+        progress.flush()
     return CachedGGUF(gguf_path, weights, tokjson, converted=True)
 
 

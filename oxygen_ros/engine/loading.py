@@ -166,7 +166,10 @@ def load_smol(cfg: ModelConfig, gguf_path: str | None = None, tokenizer_path: st
 
     expected = {f"backbone.{k}": v.shape for k, v in model.backbone.state_dict().items()}
     check_state(expected, state, f"converted SmolLM2 weights {cached.weights}")
-    model.backbone.load_state_dict({k[len("backbone."):]: v for k, v in state.items()}, strict=True)
+    # assign: the parameters take the loaded tensors (private copy-on-write mappings of
+    # the cache file) instead of copying them, which halves the peak memory of a load
+    model.backbone.load_state_dict({k[len("backbone."):]: v for k, v in state.items()}, strict=True,
+                                   assign=True)
 
     if tokenizer_path:
         tok = (GGUFTokenizer.from_gguf(tokenizer_path) if str(tokenizer_path).endswith(".gguf")
