@@ -107,10 +107,10 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
             ax_r.barh(y, max(r["last_chunk_s"] - r["first_chunk_s"], 0.02), left=r["first_chunk_s"],
                       height=0.7, color=color, alpha=0.85 if r["done"] else 0.4,
                       edgecolor="black" if not r["done"] else color)
-            if stream == "answer":
+            if stream == "answer":         # the answer's text above its bar, inside the panel
                 text = " ".join(r["text"].split())
-                ax_r.annotate(f" {text[:70]}{'…' if len(text) > 70 else ''}", (r["last_chunk_s"], y),
-                              va="center", fontsize=8, color=color)
+                ax_r.annotate(f"{text[:90]}{'…' if len(text) > 90 else ''}", (r["first_chunk_s"], y - 0.45),
+                              va="bottom", fontsize=8, color=color, annotation_clip=False, clip_on=True)
         n = max(lanes) + 1
         yticks.append(base + (n - 1) / 2)
         ylabels.append(f"{stream} ({len(rs)})")

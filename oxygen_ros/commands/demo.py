@@ -32,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--startup-timeout", type=float, default=900.0,
                    help="seconds to wait for the node's first frame (model loading)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random 1..100)")
-    p.add_argument("--image-size", type=int, default=160, help="simulated camera image size")
+    p.add_argument("--image-size", type=int, default=128, help="simulated camera image size")
+    p.add_argument("--camera-hz", type=float, default=0.0,
+                   help="simulated camera rate (0: 3x the control rate, 5..15 Hz; the CPU runs the model too)")
 
 
 def _default_out() -> Path:
@@ -151,8 +153,10 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     from oxygen_ros.demo_monitor import DemoMonitor, clean
 
     py = sys.executable
+    camera_hz = args.camera_hz or min(15.0, max(5.0, 3 * float(params.get("control_rate_hz", 10.0))))
     children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
-                           "--image-size", str(args.image_size)])
+                           "--image-size", str(args.image_size), "--camera-hz", f"{camera_hz:g}",
+                           "--joint-hz", "30"])
     children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(out / "bag"),
                                 "--params", str(params_path), "--quiet"])
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
