@@ -79,6 +79,12 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | None = None,
                dtype: str = "float32", device: str = "cpu") -> tuple[VLAModel, Tokenizer]:
+    """A profile's model (eval mode, on `device`, in `dtype`) and its tokenizer.
+
+    checkpoint: pi05/pi05-quarter weights (required for pi05); for smol, optionally
+    another GGUF file of SmolLM2-135M. tokenizer_path: pi0.5's tokenizer; for smol a
+    GGUF or a cached tokenizer JSON (default: the GGUF's own). See the module docstring.
+    """
     cfg = get_config(name)
     torch_dtype = parse_dtype(dtype)
     if name == "tiny":
@@ -89,7 +95,8 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
         if checkpoint:
             from .pi05_checkpoint import load_pi05   # lazy: only pi0.5 users need it
 
-            model, tok = load_pi05(cfg, checkpoint, tokenizer_path, dtype, device)
+            # it places and casts the weights itself (no second cast here)
+            return load_pi05(cfg, checkpoint, tokenizer_path, dtype, device)
         elif name == "pi05-quarter":
             model, tok = build_random_model(cfg), WideByteTokenizer(cfg.backbone.vocab_size)
         else:
