@@ -89,7 +89,7 @@ def test_demo_runs_the_loop_answers_and_cleans_up(tmp_path):
     streams = s["language"]["by_stream"]
     assert streams["narration"]["done"] >= 1 and streams["answer"]["done"] == 1, streams
     done = [r for r in s["requests"] if r["done"]]
-    assert all(r["frames_to_done"] >= 0 and r["seconds_to_done"] > 0 for r in done)
+    assert all(r["frames_to_done"] >= 0 and r["seconds_to_done"] > 0 for r in done), done   # every frame recorded
     assert (out / "timeline.png").stat().st_size > 20_000
     assert "timing summary:" in (out / "demo.txt").read_text()
     assert {p.name for p in (out / "logs").iterdir()} == {"sim.log", "recorder.log", "node.log"}

@@ -73,6 +73,16 @@ def _prepare_weights(params: dict, say) -> None:
     say(f"weights: {cached.weights} ({'converted now' if cached.converted else 'cached'})")
 
 
+def _wait_for_line(child, prefix: str, timeout: float, stop) -> bool:
+    """Wait until the child's log has a line starting with prefix (False: it died, timed out or stop)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not stop.is_set() and child.alive():
+        if any(line.startswith(prefix) for line in child.log_tail(100_000).splitlines()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _node_log_lines(child, offset: int):
     """New lines of the node's log worth showing (configure/activate, errors); new offset."""
     try:
@@ -159,6 +169,11 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
                            "--joint-hz", "30"])
     children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(out / "bag"),
                                 "--params", str(params_path), "--quiet"])
+    # the node last, once the recorder subscribes and the robot publishes: the bag gets every frame
+    for name, ready in (("recorder", "recording "), ("sim", "sim: ")):
+        if not _wait_for_line(children.children[name], ready, 60.0, stop):
+            say(f"{name} did not start; its log:\n" + children.children[name].log_tail())
+            return 130 if stop.is_set() else 1
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
                             "-p", "autostart:=true"])
     say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
