@@ -259,7 +259,8 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
                 break
     if stop.is_set():
         return 130
-    say(mon.status_line())
+    if mon.elapsed() - (next_status - STATUS_EVERY_S) > 1.0:     # unless one was just printed
+        say(mon.status_line())
     return 0 if answered and mon.frames else 1
 
 
