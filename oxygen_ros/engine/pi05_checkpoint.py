@@ -379,7 +379,7 @@ def load_pi05(cfg: ModelConfig, checkpoint: str, tokenizer_path: str | None,
                 params[ours].copy_(t)
                 del t
     model.requires_grad_(False)
-    return model.eval(), tok
+    return model.eval().pack_weights(), tok
 
 
 def export_state_dict(model: VLAModel, layout: str = "lerobot",
