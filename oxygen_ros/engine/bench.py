@@ -51,7 +51,10 @@ def warmup_frames(mode: str, s: BenchSettings) -> int:
 
 
 def run_mode(mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises, log=print) -> dict:
-    cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2,
+    shape = workload_shape(model, tok, s, len(frames))
+    # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
+    slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, model.cfg.expert.horizon)
+    cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
                        max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
                        seed=s.seed)
     engine = MODES[mode](model, tok, cfg)
@@ -99,6 +102,7 @@ def run_mode(mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises, 
         **{f"{p}_ms": med[p] for p in PHASES},
         "peak_rss_bytes": peak,
         "kv_bytes": kv.bytes_total if kv is not None else 0,
+        "kv_fraction_of_weights": (kv.bytes_total if kv is not None else 0) / model.weight_bytes(),
     }
     log(f"  {mode:<10} done: {out['action_hz']:.1f} actions/s, {out['lang_tokens_per_s']:.1f} tok/s",
         file=sys.stderr)
@@ -164,12 +168,14 @@ def format_table(report: dict) -> str:
 
 
 # -- roofline --------------------------------------------------------------------------
-def workload_shape(model: VLAModel, tok, s: BenchSettings) -> dict:
+def workload_shape(model: VLAModel, tok, s: BenchSettings, frames: int = 64) -> dict:
+    """Token counts of the workload: the longest prefix over its first frames (the state
+    text varies per frame) and the request prompt."""
     from .observation import prefix_text
     wl = get_workload(s.workload)
-    frame = synthetic_frames(wl, model.cfg.camera_slots, 8, 1, s.seed)[0]
     cams = min(wl.cameras, len(model.cfg.camera_slots))
-    text = len(tok.encode(prefix_text(frame.instruction, frame.state), add_bos=True))
+    text = max(len(tok.encode(prefix_text(f.instruction, f.state), add_bos=True))
+               for f in synthetic_frames(wl, model.cfg.camera_slots, 8, frames, s.seed))
     return {"cameras": cams, "prefix_len": cams * model.cfg.vision.tokens_per_image + text,
             "prompt_len": len(tok.encode(BENCH_PROMPT))}
 

@@ -90,7 +90,7 @@ SMOL = ModelConfig(
                            tie_embeddings=True),
     expert=ExpertConfig(width=256, mlp_dim=1024, horizon=10, action_dim=8, denoise_steps=10),
     prefix_attention="causal",
-    max_prompt_tokens=256,
+    max_prompt_tokens=160,
 )
 
 PI05 = ModelConfig(

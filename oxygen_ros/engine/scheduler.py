@@ -31,14 +31,16 @@ class EngineConfig:
     steps_per_frame: int = 1       # decode budget k; 0 = automatic (fit `period_s`)
     period_s: float = 0.1          # control period used by the automatic budget
     max_auto_steps: int = 32
+    cameras: int = 0               # cameras in use (0 = every camera slot); sizes the slots
     seed: int = 0
 
     def slot_len(self, model: VLAModel) -> int:
+        """KV entries per slot: the prefix (images, task + state), a request's prompt and
+        its new tokens (or the action chunk, which uses the slot tail during a frame)."""
         if self.max_len:
             return self.max_len
         c = model.cfg
-        cams = len(c.camera_slots) * c.vision.tokens_per_image
-        # the prefix prompt (task + state) and a request prompt each fit in max_prompt_tokens
+        cams = (self.cameras or len(c.camera_slots)) * c.vision.tokens_per_image
         return cams + 2 * c.max_prompt_tokens + max(self.max_new_tokens, c.expert.horizon)
 
 
