@@ -206,6 +206,12 @@ def test_record_stops_on_sigterm_and_writes_sqlite3(tmp_path):
         counts = {c.topic: c.msgcount for c in reader.connections}
     assert counts[f"{ns}/joint_trajectory"] == N_CHUNKS
     assert list(bag.glob("*.db3"))
+    from oxygen_ros.bag_report import read_bag, summarize    # the report reads it too
+
+    summary = summarize(read_bag(bag))
+    assert summary["chunks"]["count"] == summary["frames"]["count"] == N_CHUNKS
+    assert summary["chunks"]["achieved_rate_hz"] > 30.0
+    assert summary["language"]["requests"] == N_LATCHED + 3 * N_TEXT
 
 
 def test_record_refuses_an_existing_bag(tmp_path):
