@@ -175,15 +175,29 @@ def time_end(data: RunData) -> float:
     return max(ends) if ends else 0.0
 
 
-def request_timeline(data: RunData, r: Request, t0: float = 0.0) -> dict:
+@dataclass
+class FrameLookup:
+    """Frames by their stamp (TextChunks carry their frame's stamp) and by index."""
+    by_stamp: dict
+    by_index: dict
+
+    @classmethod
+    def of(cls, data: RunData) -> "FrameLookup":
+        by_index = {}
+        for f in data.frames:
+            by_index.setdefault(f.index, []).append(f)    # an index repeats if the node restarted
+        return cls({round(f.end_s, 6): f for f in data.frames}, by_index)
+
+
+def request_timeline(data: RunData, r: Request, t0: float = 0.0, lookup: FrameLookup | None = None) -> dict:
     """Frames and seconds of one request: start, first token, done (None when unknown);
     start_s, first_chunk_s and last_chunk_s are relative to t0."""
-    by_stamp = {round(f.end_s, 6): f for f in data.frames}
-    start = None
+    lookup = lookup or FrameLookup.of(data)
+    by_stamp = lookup.by_stamp
     first_stamp = r.chunks[0][0]
-    for f in data.frames:                  # the latest frame with that index before the first chunk
-        if f.index == r.start_frame and f.end_s <= first_stamp + 1e-6:
-            start = f
+    # the start frame: the latest frame with that index that ended before the first chunk
+    candidates = [f for f in lookup.by_index.get(r.start_frame, []) if f.end_s <= first_stamp + 1e-6]
+    start = candidates[-1] if candidates else None
     t_start = start.start_s if start else first_stamp
     with_text = [c for c in r.chunks if c[2] > 0] or r.chunks
     t_first = with_text[0][0]
@@ -221,7 +235,8 @@ def summarize(data: RunData) -> dict:
     misses = sum(f.missed for f in frames)
     tokens = sum(f.tokens for f in frames)
     frame_span = frames[-1].end_s - frames[0].start_s if frames else 0.0
-    reqs = [request_timeline(data, r, t0) for r in data.requests]
+    lookup = FrameLookup.of(data)
+    reqs = [request_timeline(data, r, t0, lookup) for r in data.requests]
     by_stream = {}
     for stream in sorted({r["stream"] for r in reqs}):
         rs = [r for r in reqs if r["stream"] == stream]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .bag_report import PHASES, RunData, request_timeline, time_origin
+from .bag_report import PHASES, FrameLookup, RunData, request_timeline, time_origin
 
 PHASE_COLORS = {"prefill": "#4C72B0", "action": "#DD8452", "admit": "#8172B3", "decode": "#55A868"}
 STREAM_COLORS = {"narration": "#1f77b4", "memory": "#2ca02c", "answer": "#d62728"}
@@ -67,7 +67,8 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
                    loc="left", fontsize=10)
     top = max([(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])] + [period_ms or 1.0])
     ax_c.set_ylim(0, top * 1.2)
-    ax_c.legend(**LEGEND)
+    if ax_c.get_legend_handles_labels()[0]:
+        ax_c.legend(**LEGEND)
 
     # 2. frames, stacked by phase, each bar as wide as the frame lasted
     if data.frames:
@@ -90,10 +91,12 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
         ax_f.set_title("frames: " + ", ".join(f"{ph} {means[ph]:.1f}" for ph in PHASES)
                        + " ms (mean)", loc="left", fontsize=10)
     ax_f.set_ylabel("frame phases\n(ms)")
-    ax_f.legend(**LEGEND)
+    if ax_f.get_legend_handles_labels()[0]:
+        ax_f.legend(**LEGEND)
 
     # 3. language requests, one lane set per stream
-    rows = [request_timeline(data, r, t0) for r in data.requests]
+    lookup = FrameLookup.of(data)
+    rows = [request_timeline(data, r, t0, lookup) for r in data.requests]
     yticks, ylabels, base = [], [], 0
     for stream in ("narration", "memory", "answer", *sorted({r["stream"] for r in rows} - set(STREAM_COLORS))):
         rs = [r for r in rows if r["stream"] == stream]
