@@ -128,3 +128,18 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
 def test_report_rejects_a_folder_without_a_bag(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "metadata.yaml" in capsys.readouterr().err
+
+
+def test_report_of_a_bag_without_messages(tmp_path):
+    """A recording that caught nothing (node never active) still gives a report: counts
+    0, figures None, a PNG."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from oxygen_ros.bag_types import typestore
+
+    with Writer(tmp_path / "bag", version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        w.add_connection("/joint_trajectory", "trajectory_msgs/msg/JointTrajectory", typestore=typestore())
+    assert main(["report", str(tmp_path / "bag"), "--out", str(tmp_path / "rep")]) == 0
+    s = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert s["chunks"]["count"] == 0 and s["chunks"]["achieved_rate_hz"] is None
+    assert s["language"]["requests"] == 0 and (tmp_path / "rep" / "timeline.png").is_file()
