@@ -26,11 +26,6 @@ class RMSNorm(nn.Module):
         return (y * (self.offset + self.weight.float())).to(dtype)
 
 
-def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
 class AdaRMSNorm(nn.Module):
     """pi0.5's adaptive RMSNorm: scale, shift and a residual gate from the condition."""
 
