@@ -16,30 +16,7 @@ from dataclasses import dataclass
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.parameter import Parameter
 
-DEFAULT_NARRATION_PROMPT = "Say what the robot is doing now, in one short sentence."
-DEFAULT_MEMORY_PROMPT = "Note in a few words what the robot just did."
-DEFAULT_ANSWER_PROMPT = "Memory:\n{memory}\nQuestion: {question}\nAnswer:"
-
-
-def _default_prompts() -> dict:
-    """Prompt texts from oxygen_ros.engine.prompts when it provides them."""
-    try:
-        from .engine import prompts
-    except ImportError:
-        return {}
-    out = {}
-    for key, names in (("narration_prompt", ("NARRATION", "NARRATION_PROMPT")),
-                       ("memory_prompt", ("MEMORY", "MEMORY_PROMPT")),
-                       ("answer_prompt", ("ANSWER", "ANSWER_PROMPT"))):
-        for n in names:
-            v = getattr(prompts, n, None)
-            if isinstance(v, str) and v.strip():
-                out[key] = v
-                break
-    if "{question}" not in out.get("answer_prompt", "{question}"):
-        out.pop("answer_prompt")
-    return out
-
+from .engine.prompts import PLAIN_PROMPTS   # model-agnostic; params files set profile prompts
 
 @dataclass(frozen=True)
 class Spec:
@@ -50,7 +27,6 @@ class Spec:
     range: tuple | None = None  # (low, high) inclusive
 
 
-_P = _default_prompts()
 SPECS = [
     # -- process -------------------------------------------------------------------------
     Spec("autostart", False, "start", "Configure and activate right after start."),
@@ -103,11 +79,11 @@ SPECS = [
          (0, 1_000_000)),
     Spec("memory_every_n_frames", 50, "live", "Start a memory entry every N frames; 0 = off.",
          (0, 1_000_000)),
-    Spec("narration_prompt", _P.get("narration_prompt", DEFAULT_NARRATION_PROMPT), "live",
+    Spec("narration_prompt", PLAIN_PROMPTS.narration, "live",
          "Prompt of narration requests."),
-    Spec("memory_prompt", _P.get("memory_prompt", DEFAULT_MEMORY_PROMPT), "live",
+    Spec("memory_prompt", PLAIN_PROMPTS.memory, "live",
          "Prompt of memory requests."),
-    Spec("answer_prompt", _P.get("answer_prompt", DEFAULT_ANSWER_PROMPT), "live",
+    Spec("answer_prompt", PLAIN_PROMPTS.answer, "live",
          "Template of progress answers; {memory} becomes the memory log, {question} the question."),
     Spec("narration_max_tokens", 16, "live", "Tokens per narration (<= max_new_tokens).", (1, 4096)),
     Spec("memory_max_tokens", 16, "live", "Tokens per memory entry (<= max_new_tokens).", (1, 4096)),

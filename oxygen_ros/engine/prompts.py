@@ -77,8 +77,3 @@ def prompts_for(profile: str) -> PromptSet:
     """The default prompts of a model profile (plain ones for unknown profiles)."""
     return PROFILE_PROMPTS.get(profile, PLAIN_PROMPTS)
 
-
-# The defaults for the real-language profile (read by oxygen_ros.node_params).
-NARRATION_PROMPT = SMOL_PROMPTS.narration
-MEMORY_PROMPT = SMOL_PROMPTS.memory
-ANSWER_PROMPT = SMOL_PROMPTS.answer
