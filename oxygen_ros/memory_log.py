@@ -3,7 +3,15 @@ prompt that carries them together with a progress question."""
 from __future__ import annotations
 
 import collections
+import re
 import threading
+
+# chat control markers such as <|im_start|>: user text must not open or close turns
+_CONTROL_MARKER = re.compile(r"<\|[^<>|]*\|>")
+
+
+def plain_text(text: str) -> str:
+    return _CONTROL_MARKER.sub("", text)
 
 
 class PromptTooLong(ValueError):
@@ -35,7 +43,8 @@ class MemoryLog:
         The oldest entries are left out until the prompt fits `limit` tokens
         (`count_tokens(text) -> int`); PromptTooLong if even no memory does not fit.
         """
-        entries = self.entries()
+        entries = [plain_text(e) for e in self.entries()]
+        question = plain_text(question)
         while True:
             memory = "\n".join(f"- {e}" for e in entries) if entries else "(nothing yet)"
             prompt = template.replace("{memory}", memory).replace("{question}", question)
