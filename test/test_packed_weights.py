@@ -2,15 +2,16 @@
 and stays correct when weights change after packing."""
 import copy
 
+import pytest
 import torch
 from torch import nn
 
 from oxygen_ros.engine.layers import Packed
 
 
-def _layers(seed=0):
+def _layers(seed=0, width=16):
     torch.manual_seed(seed)
-    return nn.Linear(16, 8, bias=False), nn.Linear(16, 4, bias=False)
+    return nn.Linear(width, 8, bias=False), nn.Linear(width, 4, bias=False)
 
 
 def test_packed_output_equals_the_layers_and_params_are_views():
@@ -53,3 +54,17 @@ def test_deep_copy_packs_its_own_layers():
     x = torch.randn(5, 16)
     for got, want in zip(twin.apply(x), packed.apply(x)):
         assert torch.equal(got, want)
+
+
+def test_large_matrices_use_the_blocked_copy_and_drop_it_when_stale():
+    a, b = _layers(width=8192)                 # 12 x 8192: above the oneDNN threshold
+    packed = Packed(a, b)
+    packed.pack()
+    if packed.blocked is None:
+        pytest.skip("oneDNN is not available in this torch build")
+    x = torch.randn(3, 8192)
+    torch.testing.assert_close(packed.apply(x)[0], a(x), rtol=1e-4, atol=1e-3)
+    with torch.no_grad():
+        b.weight.zero_()
+    assert torch.equal(packed.apply(x)[1], torch.zeros(3, 4))
+    assert packed.blocked is None

@@ -63,12 +63,15 @@ def activation(name: str):
 # 10-30 rows the action expert and a batched decode step multiply (measured on the
 # dev CPU with SmolLM2's shapes: M=10 20 vs 10 GB/s, M=30 11 vs 6 GB/s, M=1 22 vs 17).
 # It keeps a second, blocked copy of the weights; OXYGEN_ONEDNN=0 turns it off.
+# Below ~256 KB a matrix is cache-resident and oneDNN's per-call overhead dominates.
 ONEDNN_BATCH_HINT = 64
+ONEDNN_MIN_ELEMENTS = 1 << 16
 
 
 def onednn_enabled(t: torch.Tensor) -> bool:
     return (os.environ.get("OXYGEN_ONEDNN", "1") != "0" and t.device.type == "cpu"
-            and t.dtype == torch.float32 and torch.backends.mkldnn.is_available())
+            and t.dtype == torch.float32 and t.numel() >= ONEDNN_MIN_ELEMENTS
+            and torch.backends.mkldnn.is_available())
 
 
 class Packed:
