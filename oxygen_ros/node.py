@@ -36,6 +36,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.qos import (DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data)
 from sensor_msgs.msg import Image, JointState
@@ -502,6 +503,17 @@ class OxygenNode(LifecycleNode):
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 
+def spin(executor: MultiThreadedExecutor) -> None:
+    """executor.spin(), surviving rclpy's race between a transition that destroys
+    entities (cleanup runs in a worker thread) and the executor thread building its wait
+    set from them: that spin raises InvalidHandle, and the next one rebuilds the set."""
+    while executor.context.ok():
+        try:
+            executor.spin_once(timeout_sec=0.5)
+        except _rclpy.InvalidHandle:
+            continue
+
+
 def main(argv=None) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     rclpy.init(args=sys.argv if argv is None else argv)
@@ -512,7 +524,7 @@ def main(argv=None) -> int:
         executor.add_node(node)
         if node.get_parameter("autostart").value:
             node.autostart()
-        executor.spin()
+        spin(executor)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -197,21 +197,32 @@ class OxygenEngine(EngineBase):
     def _decode(self, k: int, deltas: list[TextDelta]) -> int:
         """Up to k batched decode steps over every live request; returns the steps run.
 
-        Tokens stay on the device between steps and come to the host once per frame, so
-        a GPU frame has no host sync inside its decode loop. A request that finishes
-        mid-frame rides along until the frame's last step (its extra tokens are dropped;
-        its writes are clamped inside its own slot) and is released afterwards.
+        On a GPU the tokens stay on the device for all k steps and reach the host once,
+        so a frame's decode loop has no host sync; a request that finishes mid-frame
+        rides along until the last step (its extra tokens are dropped). On the CPU the
+        transfer is free, so tokens are read every step and the loop stops as soon as
+        every request has finished.
         """
         if not self.live:
             return 0
-        steps = min(k, max(lv.req.max_new_tokens - len(lv.tokens) for lv in self.live))
+        budget = min(k, max(lv.req.max_new_tokens - len(lv.tokens) for lv in self.live))
+        per_sync = 1 if self.model.device.type == "cpu" else budget
+        steps = 0
+        while steps < budget and self.live:
+            n = min(per_sync, budget - steps)
+            self._decode_steps(n, deltas)
+            steps += n
+        return steps
+
+    def _decode_steps(self, n: int, deltas: list[TextDelta]) -> None:
+        """n batched steps with one host transfer; finished requests are released after."""
         dev = self.model.device
         ids = torch.tensor([lv.tokens[-1] for lv in self.live], device=dev)
         start = [lv.length for lv in self.live]
         lengths = torch.tensor(start, device=dev)
-        top = self.pool.max_len - 1
+        top = self.pool.max_len - 1      # writes of finished riders stay inside their slot
         produced = []
-        for s in range(steps):
+        for s in range(n):
             ids = self.model.decode(ids, self.pool, lengths, min(max(start) + s, top) + 1)
             produced.append(ids)
             lengths = (lengths + 1).clamp_(max=top)
@@ -225,7 +236,6 @@ class OxygenEngine(EngineBase):
                     break
             self.pool.lengths[slot] = lv.length
         self._release(finished)
-        return steps
 
     def _release(self, slots: list[int]) -> None:
         for slot in sorted(slots, reverse=True):
