@@ -197,15 +197,21 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
     t0 = time.monotonic()
     log_offset, last_wait = 0, t0
     # 1. until the first frame: model loading
-    while mon.t_first is None and not stop.is_set():
-        executor.spin_once(timeout_sec=0.1)
+    def pump(timeout: float, when: str) -> bool:
+        """Spin once and echo the node's new log lines; False if a child has exited."""
+        nonlocal log_offset
+        executor.spin_once(timeout_sec=timeout)
         lines, log_offset = _node_log_lines(node_child, log_offset)
         for line in lines:
             say(f"node: {line.strip()}")
         dead = children.dead()
         if dead:
-            say(f"{dead[0].name} exited (code {dead[0].proc.returncode}) before the first frame; its log:\n"
+            say(f"{dead[0].name} exited (code {dead[0].proc.returncode}) {when}; its log:\n"
                 + dead[0].log_tail())
+        return not dead
+
+    while mon.t_first is None and not stop.is_set():
+        if not pump(0.1, "before the first frame"):
             return 1
         now = time.monotonic()
         if now - t0 > args.startup_timeout:
@@ -223,16 +229,9 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
     next_status = STATUS_EVERY_S
     answer_deadline = None
     while not stop.is_set():
-        executor.spin_once(timeout_sec=0.05)
-        t = mon.elapsed()
-        lines, log_offset = _node_log_lines(node_child, log_offset)
-        for line in lines:
-            say(f"node: {line.strip()}")
-        dead = children.dead()
-        if dead:
-            say(f"{dead[0].name} exited (code {dead[0].proc.returncode}) during the run; its log:\n"
-                + dead[0].log_tail())
+        if not pump(0.05, "during the run"):
             return 1
+        t = mon.elapsed()
         if t >= next_status:
             next_status += STATUS_EVERY_S
             say(mon.status_line())
