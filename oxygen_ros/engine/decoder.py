@@ -34,17 +34,18 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: "CacheView",
                 mask: torch.Tensor | None) -> torch.Tensor:
         b, t, _ = x.shape
-        q, k, v = self._qkv.apply(x)
-        q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self._qkv.matmul(x)
+        # queries and keys stay side by side [B, T, H + Hkv, d] so one rope call covers both
+        qk = qkv[..., :(h + hkv) * d].unflatten(-1, (h + hkv, d))
+        v = qkv[..., (h + hkv) * d:].unflatten(-1, (hkv, d)).transpose(1, 2)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = rope
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            qk = torch.cat([self.q_norm(qk[:, :, :h]), self.k_norm(qk[:, :, h:])], dim=2)
+        qk = apply_rope(qk, *rope)
+        q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
         keys, values = cache.write_and_read(k, v)
         out = grouped_attention(q, keys, values, mask)
-        return self._o.apply(out.transpose(1, 2).reshape(b, t, -1))[0]
+        return self._o.matmul(out.transpose(1, 2).reshape(b, t, -1))
 
 
 class CacheView:
@@ -123,7 +124,7 @@ class Decoder(nn.Module):
         head = getattr(self, "_head", None)
         if head is None:
             return nn.functional.linear(self.norm(hidden), self.head_weight())
-        return head.apply(self.norm(hidden))[0]
+        return head.matmul(self.norm(hidden))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice, write_at,
                 read_len: int, mask: torch.Tensor | None) -> torch.Tensor:

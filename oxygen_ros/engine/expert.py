@@ -34,9 +34,9 @@ class ExpertLayer(nn.Module):
 
     def forward(self, x, mod, rope, cache: CacheView):
         scale, shift, gate = mod[0], mod[1], mod[2]
-        h = x + self.self_attn(self.input_layernorm.normalize(x, scale, shift), rope, cache, None) * gate
+        h = torch.addcmul(x, self.self_attn(self.input_layernorm.normalize(x, scale, shift), rope, cache, None), gate)
         scale, shift, gate = mod[3], mod[4], mod[5]
-        return h + self.mlp(self.post_attention_layernorm.normalize(h, scale, shift)) * gate
+        return torch.addcmul(h, self.mlp(self.post_attention_layernorm.normalize(h, scale, shift)), gate)
 
 
 class FinalAdaNorm(nn.Module):

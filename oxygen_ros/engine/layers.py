@@ -22,10 +22,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if style == "gemma" else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * (self.offset + self.weight.float())).to(dtype)
+        # one fused kernel in float32 (F.rms_norm upcasts reduced precision internally,
+        # but the weight must be applied before rounding back, as the references do)
+        if x.dtype == torch.float32:
+            weight = self.weight.float() if self.offset == 0.0 else self.weight.float() + self.offset
+            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        y = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
+        return (y * (self.offset + self.weight.float())).to(x.dtype)
 
 
 class AdaRMSNorm(nn.Module):
@@ -45,10 +48,9 @@ class AdaRMSNorm(nn.Module):
 def ada_rms_normalize(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
                       eps: float) -> torch.Tensor:
     """`rmsnorm(x) * (1 + scale) + shift`, all in float32 and rounded to x's dtype once
-    (as openpi/LeRobot do); bit-identical to the plain expression in float32."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * (1 + scale.float()) + shift.float()).to(x.dtype)
+    (as openpi/LeRobot do), in three kernels."""
+    y = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
+    return torch.addcmul(shift.float(), y, 1 + scale.float()).to(x.dtype)
 
 
 def activation(name: str):
@@ -100,6 +102,7 @@ class Packed:
             for l, n in zip(self.linears, self.sizes):
                 l.weight = nn.Parameter(self.matrix[:, start:start + n].t(), requires_grad=False)
                 start += n
+            self._pointers = [l.weight.data_ptr() for l in self.linears]
             self._block()
 
     def _block(self) -> None:
@@ -125,25 +128,23 @@ class Packed:
             return None
 
     def _current(self) -> bool:
-        if self.matrix is None:
-            return False
-        base, step, start = self.matrix.data_ptr(), self.matrix.element_size(), 0
-        for l, n in zip(self.linears, self.sizes):
-            if l.weight.data_ptr() != base + start * step:
-                return False
-            start += n
-        return True
+        return self.matrix is not None and [l.weight.data_ptr() for l in self.linears] == self._pointers
 
-    def apply(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> every layer's output side by side [..., sum(out)]."""
         if not self._current():
-            return [F.linear(x, l.weight) for l in self.linears]
+            outs = [F.linear(x, l.weight) for l in self.linears]
+            return torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
         if self.blocked is not None and self._matrix_version() != self._version:
             self.blocked = None    # the weights changed in place: the blocked copy is stale
         if self.blocked is not None:
-            out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.blocked, None,
-                                                     "none", [], "").reshape(*x.shape[:-1], -1)
-        else:
-            out = x @ self.matrix
+            return torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.blocked, None,
+                                                      "none", [], "").reshape(*x.shape[:-1], -1)
+        return x @ self.matrix
+
+    def apply(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """x [..., in] -> each layer's output."""
+        out = self.matmul(x)
         return list(out.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [out]
 
 
@@ -162,32 +163,36 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self._gate_up.apply(x)
-        return self._down.apply(self.act(gate) * up)[0]
+        return self._down.matmul(self.act(gate) * up)
 
 
 class Rope:
-    """Rotary embedding, "rotate half" convention, tables computed once per device."""
+    """Rotary embedding, "rotate half" convention, tables computed once per device.
+
+    The sine table carries rotate-half's sign (-sin on the first half), so applying it
+    is a swap of halves and one multiply-add.
+    """
 
     def __init__(self, head_dim: int, theta: float, max_positions: int = 8192):
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
         ang = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv[None, :]
-        ang = torch.cat([ang, ang], dim=-1)
-        self.cos = ang.cos().float()
-        self.sin = ang.sin().float()
+        self.cos = torch.cat([ang.cos(), ang.cos()], dim=-1).float()
+        self.sin = torch.cat([-ang.sin(), ang.sin()], dim=-1).float()
 
     def to(self, device) -> "Rope":
         self.cos, self.sin = self.cos.to(device), self.sin.to(device)
         return self
 
     def tables(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, 1, T, head_dim] for broadcasting over heads."""
-        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+        """positions [B, T] -> cos, signed sin [B, T, 1, head_dim], broadcast over heads
+        of activations laid out [B, T, heads, head_dim]."""
+        return self.cos[positions].unsqueeze(2).to(dtype), self.sin[positions].unsqueeze(2).to(dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    swapped = torch.cat([x[..., half:], x[..., :half]], dim=-1)
+    return torch.addcmul(x * cos, swapped, signed_sin)
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
