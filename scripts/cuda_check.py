@@ -6,8 +6,9 @@
 For the profile with random weights in bfloat16 on CUDA it checks that
   1. oxygen's action chunks match isolated execution (bf16 tolerance) and its texts
      equal isolated greedy decoding (mismatches are printed);
-  2. the decode loop of a frame runs without host syncs (torch.cuda sync debug mode
-     set to "error" around the k decode steps; the one tokens-to-host copy is after);
+  2. a frame runs without host syncs up to its one tokens-to-host transfer (torch.cuda
+     sync debug mode "error" from the frame's start; the decode step replays CUDA
+     graphs, whose first capture per shape is exempt);
   3. oxygen vs sequential frame times side by side (ratio printed, not asserted).
 """
 import argparse
@@ -41,24 +42,31 @@ def main() -> int:
     noises = [torch.randn(e.horizon, e.action_dim, generator=torch.Generator().manual_seed(i)) for i in range(len(frames))]
     cfg = EngineConfig(max_requests=args.tokens // args.k + 3, max_new_tokens=args.tokens, steps_per_frame=args.k)
 
-    # (2) no host sync inside the decode loop: wrap the engine's decode with sync debug mode
-    original = OxygenEngine._decode
+    # (2) no host sync inside a frame: sync debug mode "error" from the frame's start to
+    # its one device-to-host transfer (_collect); a graph's first capture is exempt
+    from oxygen_ros.engine.decode_graphs import DecodeStep
+    original_step, original_collect, original_capture = OxygenEngine.step, OxygenEngine._collect, DecodeStep._capture
 
-    def guarded(self, k, deltas):
-        model_decode = self.model.decode
-
-        def strict(*a, **kw):
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                return model_decode(*a, **kw)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        self.model.decode = strict
+    def strict_step(self, obs, noise=None):
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
         try:
-            return original(self, k, deltas)
+            return original_step(self, obs, noise)
         finally:
-            del self.model.decode
-    OxygenEngine._decode = guarded
+            torch.cuda.set_sync_debug_mode("default")
+
+    def collect(self, *a):
+        torch.cuda.set_sync_debug_mode("default")   # the frame's transfer: the rest may sync
+        return original_collect(self, *a)
+
+    def capture(self, *a):
+        mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("default")
+        try:
+            return original_capture(self, *a)
+        finally:
+            torch.cuda.set_sync_debug_mode(mode)
+    OxygenEngine.step, OxygenEngine._collect, DecodeStep._capture = strict_step, collect, capture
 
     results = {}
     for name, cls in (("sequential", SequentialEngine), ("oxygen", OxygenEngine)):
@@ -74,8 +82,9 @@ def main() -> int:
             outs.append(res)
             texts.update({d.request_id: d.full_text for d in res.finished})
         results[name] = (times, outs, texts)
-        print(f"{name:<10} frame median {statistics.median(times[3:]):8.1f} ms")
-    OxygenEngine._decode = original
+        graphs = f", {eng.decoder.captured} decode graphs captured" if hasattr(eng, "decoder") else ""
+        print(f"{name:<10} frame median {statistics.median(times[3:]):8.1f} ms{graphs}")
+    OxygenEngine.step, OxygenEngine._collect, DecodeStep._capture = original_step, original_collect, original_capture
     seq, ox = results["sequential"], results["oxygen"]
     print(f"oxygen/sequential frame-rate ratio x{statistics.median(seq[0][3:]) / statistics.median(ox[0][3:]):.2f}")
     diff = max(float(abs(a.actions - b.actions).max()) for a, b in zip(seq[1], ox[1]))

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from engine_fixtures import observation, tiny
+from oxygen_ros.engine.decode_graphs import DecodeStep
 from oxygen_ros.engine.baselines import IsolatedRunner, SequentialEngine, SharedEngine
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
@@ -28,20 +29,31 @@ def _run(engine, n_frames, request_for_frame, drain=True):
 
 
 def _varied_requests(f):
-    """Requests of different prompt lengths, token limits and EOS handling; 0-2 per frame."""
+    """Requests of different prompt lengths, token limits and EOS handling; 0-3 per frame."""
     out = []
     for j in range(f % 3):
         out.append(LanguageRequest(prompt="say" + " hi" * (f + j), stream="narration",
                                    max_new_tokens=3 + (5 * f + 7 * j) % 28, ignore_eos=(f + j) % 2 == 0))
+    if f % 4 == 1:      # done with its first token, which admission itself produces
+        out.append(LanguageRequest(prompt="one word", max_new_tokens=1, ignore_eos=True))
     return out
 
 
+@pytest.mark.parametrize("transfers", ["every-step", "once-per-frame", "once-per-frame+buckets"])
 @pytest.mark.parametrize("k", [1, 3, 8])
-def test_tokens_and_actions_equal_isolated(k):
+def test_tokens_and_actions_equal_isolated(k, transfers):
     """Every request's text equals that request decoded alone from its admission frame's
-    prefix; every action chunk equals isolated action inference with the same noise."""
+    prefix; every action chunk equals isolated action inference with the same noise.
+
+    "once-per-frame" is the GPU schedule run on the CPU: tokens reach the host once per
+    frame and finished requests ride along; "+buckets" also rounds the decode read
+    length up as the CUDA graphs do."""
     model, tok = tiny()
     engine = OxygenEngine(model, tok, EngineConfig(max_requests=5, max_queue=32, steps_per_frame=k))
+    if transfers != "every-step":
+        engine.sync_every_step = False
+    if transfers.endswith("buckets"):
+        engine.decoder = DecodeStep(model, engine.pool, bucket=16)
     obs, results, finals, reqs = _run(engine, 14, _varied_requests)
     iso = IsolatedRunner(model, tok)
     for (o, noise), res in zip(obs, results):

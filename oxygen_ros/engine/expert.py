@@ -14,6 +14,7 @@ from torch import nn
 from .config import DecoderConfig, ExpertConfig
 from .decoder import Attention, CacheView
 from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize
+from .transfer import to_device
 
 NORM_EPS = 1e-6
 
@@ -79,7 +80,7 @@ class ActionExpert(nn.Module):
     def condition(self, ts: list[float]) -> torch.Tensor:
         """The time conditioning of every denoise step at once: [N, W]."""
         w = self.time_mlp_in.weight
-        emb = torch.stack([time_embedding(t, self.cfg.width) for t in ts]).to(device=w.device, dtype=w.dtype)
+        emb = to_device(torch.stack([time_embedding(t, self.cfg.width) for t in ts]), w.device, w.dtype)
         return nn.functional.silu(self.time_mlp_out(nn.functional.silu(self.time_mlp_in(emb))))
 
     def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,

@@ -10,6 +10,7 @@ from .config import ModelConfig
 from .decoder import Decoder
 from .expert import ActionExpert
 from .kv_pool import KVPool
+from .transfer import to_device
 from .vision import VisionEncoder
 
 
@@ -67,8 +68,8 @@ class VLAModel(nn.Module):
         """
         parts = []
         if images.shape[0]:
-            parts.append(self.vision(images.to(self.device, self.dtype)).reshape(1, -1, self.cfg.backbone.width))
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+            parts.append(self.vision(to_device(images, self.device, self.dtype)).reshape(1, -1, self.cfg.backbone.width))
+        ids = to_device([prompt_ids], self.device, torch.long)
         parts.append(self.backbone.embed(ids))
         return torch.cat(parts, dim=1)
 
@@ -91,7 +92,7 @@ class VLAModel(nn.Module):
         e = self.cfg.expert
         if prefix_len + e.horizon > pool.max_len:
             raise ValueError("KV slot too short for prefix + action horizon")
-        x = noise.to(self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
+        x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
         return self.expert.sample(x, pool, slot, prefix_len, self.backbone.rope, e.denoise_steps)[0]
 
     # -- language ----------------------------------------------------------------------

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .decode_graphs import DecodeStep
 from .frame import FrameResult, PhaseTimer
 from .model import VLAModel
 from .observation import Observation, camera_batch, prefix_text
 from .requests import LanguageRequest, RequestRejected, TextDelta
 from .tokenizer import TextStream, Tokenizer
+from .transfer import to_device
 
 
 @dataclass
@@ -32,6 +34,7 @@ class EngineConfig:
     period_s: float = 0.1          # control period used by the automatic budget
     max_auto_steps: int = 32
     cameras: int = 0               # cameras in use (0 = every camera slot); sizes the slots
+    cuda_graphs: bool = True       # replay the decode step from CUDA graphs (CUDA only)
     seed: int = 0
 
     def slot_len(self, model: VLAModel) -> int:
@@ -123,10 +126,25 @@ class EngineBase:
 
 
 class OxygenEngine(EngineBase):
+    """The OxyGen scheduler (see the module docstring).
+
+    Each live slot's newest token (not yet in the KV) stays on the device in
+    `_next_ids`, so decoding needs nothing from the host. With `sync_every_step`
+    (the CPU default, where a transfer is free) tokens are read after admission and
+    after every decode step, and the loop stops once every request is done. Without it
+    (GPU) a frame has a single device-to-host transfer, at its end, of the admitted
+    requests' first tokens and all k steps' tokens; a request that finished earlier
+    in the frame rides along and its extra tokens are dropped.
+    """
+
     def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         super().__init__(model, tokenizer, config)
         self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
         self.live: list[_Live] = []          # live[i] holds pool slot i
+        self.decoder = DecodeStep(model, self.pool, graphs=self.config.cuda_graphs)
+        self.sync_every_step = model.device.type == "cpu"
+        self._next_ids = torch.zeros(self.pool.capacity + 1, dtype=torch.long, device=model.device)
+        self._unread_first: tuple[int, torch.Tensor] | None = None   # (first slot, tokens)
         self._step_ms = None                 # smoothed cost of one decode step (auto budget)
 
     def capacity_left(self) -> int:
@@ -149,6 +167,8 @@ class OxygenEngine(EngineBase):
         k = self._decode_budget(timer)
         with timer("decode"):
             steps = self._decode(k, deltas)
+            if self._unread_first is not None:
+                self._collect(None, deltas)
         if steps:
             per_step = timer.ms["decode"] / steps
             self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
@@ -180,33 +200,25 @@ class OxygenEngine(EngineBase):
         padded = torch.zeros(len(batch), width, dtype=torch.long)
         for row, (_, ids) in enumerate(batch):
             padded[row, : len(ids)] = torch.tensor(ids)
-        hidden = self.model.extend(padded.to(self.model.device), self.pool, staging, plen)
-        last = torch.tensor([len(ids) - 1 for _, ids in batch], device=hidden.device)
-        first = self.model.greedy_next(hidden[torch.arange(len(batch)), last]).tolist()
-        finished = []
-        for (req, ids), token in zip(batch, first):
+        hidden = self.model.extend(to_device(padded, self.model.device), self.pool, staging, plen)
+        last = to_device([len(ids) - 1 for _, ids in batch], hidden.device)
+        first = self.model.greedy_next(hidden[torch.arange(len(batch), device=hidden.device), last])
+        for req, ids in batch:
             req.start_frame = self.frame_index
             slot = self.pool.claim(plen + len(ids))
-            live = _Live(req, [], plen + len(ids), TextStream(self.tok))
-            self.live.append(live)
-            assert len(self.live) - 1 == slot
-            if self.accept_token(live, token, deltas):
-                finished.append(slot)
-        self._release(finished)
+            assert slot == len(self.live)
+            self.live.append(_Live(req, [], plen + len(ids), TextStream(self.tok)))
+        self._next_ids[staging:staging + len(batch)] = first
+        self._unread_first = (staging, first)
+        if self.sync_every_step:
+            self._collect(None, deltas)
 
     def _decode(self, k: int, deltas: list[TextDelta]) -> int:
-        """Up to k batched decode steps over every live request; returns the steps run.
-
-        On a GPU the tokens stay on the device for all k steps and reach the host once,
-        so a frame's decode loop has no host sync; a request that finishes mid-frame
-        rides along until the last step (its extra tokens are dropped). On the CPU the
-        transfer is free, so tokens are read every step and the loop stops as soon as
-        every request has finished.
-        """
+        """Up to k batched decode steps over every live request; returns the steps run."""
         if not self.live:
             return 0
         budget = min(k, max(lv.req.max_new_tokens - len(lv.tokens) for lv in self.live))
-        per_sync = 1 if self.model.device.type == "cpu" else budget
+        per_sync = 1 if self.sync_every_step else budget
         steps = 0
         while steps < budget and self.live:
             n = min(per_sync, budget - steps)
@@ -215,20 +227,36 @@ class OxygenEngine(EngineBase):
         return steps
 
     def _decode_steps(self, n: int, deltas: list[TextDelta]) -> None:
-        """n batched steps with one host transfer; finished requests are released after."""
-        dev = self.model.device
-        ids = torch.tensor([lv.tokens[-1] for lv in self.live], device=dev)
+        """n batched steps, then one host transfer of their tokens."""
+        b = len(self.live)
         start = [lv.length for lv in self.live]
-        lengths = torch.tensor(start, device=dev)
+        lengths = to_device(start, self.model.device)
         top = self.pool.max_len - 1      # writes of finished riders stay inside their slot
+        ids = self._next_ids[:b]
         produced = []
         for s in range(n):
-            ids = self.model.decode(ids, self.pool, lengths, min(max(start) + s, top) + 1)
+            ids = self.decoder(ids, lengths, min(max(start) + s, top) + 1)
             produced.append(ids)
             lengths = (lengths + 1).clamp_(max=top)
-        tokens = torch.stack(produced, dim=1).tolist()
+        self._next_ids[:b] = ids
+        self._collect(torch.stack(produced, dim=1), deltas)
+
+    def _collect(self, stepped: torch.Tensor | None, deltas: list[TextDelta]) -> None:
+        """Account for new tokens: admitted requests' first tokens (if not yet read) and
+        `stepped` [live, n] from decode steps. Finished requests are released after."""
+        fresh_slot, fresh = self._unread_first or (len(self.live), None)
+        parts = [t.reshape(-1) for t in (fresh, stepped) if t is not None]
+        flat = torch.cat(parts).tolist() if parts else []      # the one host transfer
+        n_fresh = 0 if fresh is None else fresh.shape[0]
+        per_row = 0 if stepped is None else stepped.shape[1]
+        self._unread_first = None
         finished = []
-        for slot, (lv, row) in enumerate(zip(self.live, tokens)):
+        for slot, lv in enumerate(self.live):
+            if fresh_slot <= slot < fresh_slot + n_fresh:
+                if self.accept_token(lv, flat[slot - fresh_slot], deltas):
+                    finished.append(slot)
+                    continue
+            row = flat[n_fresh + slot * per_row: n_fresh + (slot + 1) * per_row]
             for token in row:
                 lv.length += 1
                 if self.accept_token(lv, token, deltas):
@@ -242,6 +270,7 @@ class OxygenEngine(EngineBase):
             moved = self.pool.release(slot)
             if moved is not None:
                 self.live[slot] = self.live[moved]
+                self._next_ids[slot] = self._next_ids[moved]
             self.live.pop()
 
     def _decode_budget(self, timer: PhaseTimer) -> int:
