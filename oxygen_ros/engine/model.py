@@ -123,7 +123,9 @@ class VLAModel(nn.Module):
         if read_len is None:
             read_len = int(lengths.max()) + 1
         x = self.backbone.embed(ids[:, None])
-        mask = (torch.arange(read_len, device=self.device)[None, :] <= lengths[:, None])[:, None, None, :]
+        hidden_pos = torch.arange(read_len, device=self.device)[None, :] > lengths[:, None]
+        mask = torch.zeros(b, 1, 1, read_len, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(hidden_pos[:, None, None, :], float("-inf"))     # additive, built once
         hidden = self.backbone(x, lengths[:, None], pool, slice(0, b), lengths, read_len, mask)
         return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
 
