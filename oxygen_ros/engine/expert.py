@@ -13,7 +13,7 @@ from torch import nn
 
 from .config import DecoderConfig, ExpertConfig
 from .decoder import Attention, CacheView
-from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize
+from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize, norm_terms
 from .transfer import to_device
 
 NORM_EPS = 1e-6
@@ -27,17 +27,20 @@ class ExpertLayer(nn.Module):
         self.post_attention_layernorm = AdaRMSNorm(cfg.width, cfg.width, NORM_EPS)
         self.mlp = GatedMLP(cfg.width, cfg.mlp_dim, "gelu_tanh")
 
-    def modulations(self, cond: torch.Tensor) -> torch.Tensor:
-        """cond [N, W] (one row per denoise step) -> [N, 6, W]: scale, shift, gate of both norms."""
-        first = self.input_layernorm.dense(cond)
-        second = self.post_attention_layernorm.dense(cond)
-        return torch.cat([first, second], dim=-1).unflatten(-1, (6, -1))
+    def modulations(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cond [N, W] (one row per denoise step) -> the norms' float32 terms [N, 4, W]
+        (1 + scale, shift of the attention norm, then of the MLP norm) and the residual
+        gates [N, 2, W]."""
+        scale1, shift1, gate1 = self.input_layernorm.dense(cond).unflatten(-1, (3, -1)).unbind(1)
+        scale2, shift2, gate2 = self.post_attention_layernorm.dense(cond).unflatten(-1, (3, -1)).unbind(1)
+        norms = torch.cat([norm_terms(scale1, shift1), norm_terms(scale2, shift2)], dim=1)
+        return norms, torch.stack([gate1, gate2], dim=1)
 
-    def forward(self, x, mod, rope, cache: CacheView):
-        scale, shift, gate = mod[0], mod[1], mod[2]
-        h = torch.addcmul(x, self.self_attn(self.input_layernorm.normalize(x, scale, shift), rope, cache, None), gate)
-        scale, shift, gate = mod[3], mod[4], mod[5]
-        return torch.addcmul(h, self.mlp(self.post_attention_layernorm.normalize(h, scale, shift)), gate)
+    def forward(self, x, norms, gates, rope, cache: CacheView):
+        y = ada_rms_normalize(x, norms[0], norms[1], self.input_layernorm.eps)
+        h = torch.addcmul(x, self.self_attn(y, rope, cache, None), gates[0])
+        y = ada_rms_normalize(h, norms[2], norms[3], self.post_attention_layernorm.eps)
+        return torch.addcmul(h, self.mlp(y), gates[1])
 
 
 class FinalAdaNorm(nn.Module):
@@ -46,11 +49,12 @@ class FinalAdaNorm(nn.Module):
         self.dense = nn.Linear(width, 3 * width)
 
     def modulations(self, cond: torch.Tensor) -> torch.Tensor:
-        """cond [N, W] -> [N, 2, W]: scale and shift (the final norm's gate is unused)."""
-        return self.dense(cond).unflatten(-1, (3, -1))[:, :2]
+        """cond [N, W] -> float32 [N, 2, W]: 1 + scale and shift (the gate is unused)."""
+        scale, shift, _ = self.dense(cond).unflatten(-1, (3, -1)).unbind(1)
+        return norm_terms(scale, shift)
 
-    def forward(self, x, mod):
-        return ada_rms_normalize(x, mod[0], mod[1], NORM_EPS)
+    def forward(self, x, terms):
+        return ada_rms_normalize(x, terms[0], terms[1], NORM_EPS)
 
 
 def time_embedding(t: float, width: int, dtype=torch.float32) -> torch.Tensor:
@@ -104,7 +108,7 @@ class ActionExpert(nn.Module):
         x = noise
         for k in range(steps):
             h = self.action_in_proj(x)
-            for layer, mods, cache in zip(self.layers, layer_mods, caches):
-                h = layer(h, mods[k], rope, cache)
+            for layer, (norms, gates), cache in zip(self.layers, layer_mods, caches):
+                h = layer(h, norms[k], gates[k], rope, cache)
             x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
         return x

@@ -41,16 +41,18 @@ class AdaRMSNorm(nn.Module):
         nn.init.zeros_(self.dense.weight)
         nn.init.zeros_(self.dense.bias)
 
-    def normalize(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-        return ada_rms_normalize(x, scale, shift, self.eps)
 
-
-def ada_rms_normalize(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+def ada_rms_normalize(x: torch.Tensor, one_plus_scale: torch.Tensor, shift: torch.Tensor,
                       eps: float) -> torch.Tensor:
     """`rmsnorm(x) * (1 + scale) + shift`, all in float32 and rounded to x's dtype once
-    (as openpi/LeRobot do), in three kernels."""
+    (as openpi/LeRobot do). The float32 terms come precomputed for every denoise step."""
     y = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
-    return torch.addcmul(shift.float(), y, 1 + scale.float()).to(x.dtype)
+    return torch.addcmul(shift, y, one_plus_scale).to(x.dtype)
+
+
+def norm_terms(scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """An adaptive norm's (1 + scale, shift) in float32, stacked on dim -2."""
+    return torch.stack([1 + scale.float(), shift.float()], dim=-2)
 
 
 def activation(name: str):
