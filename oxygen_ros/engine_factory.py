@@ -15,6 +15,6 @@ def build_engine(p: dict):
                             tokenizer_path=p["tokenizer_path"] or None, dtype=p["dtype"], device=p["device"])
     cfg = EngineConfig(max_requests=p["max_requests"], max_queue=p["max_queue"],
                        max_new_tokens=p["max_new_tokens"], steps_per_frame=p["steps_per_frame"],
-                       period_s=1.0 / p["control_rate_hz"], seed=p["seed"],
+                       period_s=1.0 / p["control_rate_hz"], seed=p["seed"], cuda_graphs=p["cuda_graphs"],
                        cameras=min(len(p["camera_topics"]), len(model.cfg.camera_slots)))
     return model, tok, OxygenEngine(model, tok, cfg)
