@@ -46,14 +46,14 @@ def test_tokens_and_actions_equal_isolated(k, transfers):
     prefix; every action chunk equals isolated action inference with the same noise.
 
     "once-per-frame" is the GPU schedule run on the CPU: tokens reach the host once per
-    frame and finished requests ride along; "+buckets" also rounds the decode read
-    length up as the CUDA graphs do."""
+    frame and finished requests ride along; "+buckets" also pads the decode batch to a
+    power of two and rounds the read length up, as the CUDA graphs do."""
     model, tok = tiny()
     engine = OxygenEngine(model, tok, EngineConfig(max_requests=5, max_queue=32, steps_per_frame=k))
     if transfers != "every-step":
         engine.sync_every_step = False
     if transfers.endswith("buckets"):
-        engine.decoder = DecodeStep(model, engine.pool, bucket=16)
+        engine.decoder = DecodeStep(model, engine.pool, bucket=16, pad_rows=True)
     obs, results, finals, reqs = _run(engine, 14, _varied_requests)
     iso = IsolatedRunner(model, tok)
     for (o, noise), res in zip(obs, results):

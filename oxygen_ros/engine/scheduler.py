@@ -142,6 +142,8 @@ class OxygenEngine(EngineBase):
         self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
         self.live: list[_Live] = []          # live[i] holds pool slot i
         self.decoder = DecodeStep(model, self.pool, graphs=self.config.cuda_graphs)
+        if self.decoder.graphs:
+            self.decoder.capture_all()       # now, while the pool is empty, not mid-frame
         self.sync_every_step = model.device.type == "cpu"
         self._next_ids = torch.zeros(self.pool.capacity + 1, dtype=torch.long, device=model.device)
         self._unread_first: tuple[int, torch.Tensor] | None = None   # (first slot, tokens)
