@@ -22,8 +22,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if style == "gemma" else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # one fused kernel in float32 (F.rms_norm upcasts reduced precision internally,
-        # but the weight must be applied before rounding back, as the references do)
+        # the math runs in float32; in reduced precision the weight is applied before
+        # rounding back, as the references do
         if x.dtype == torch.float32:
             weight = self.weight.float() if self.offset == 0.0 else self.weight.float() + self.offset
             return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
