@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from oxygen_ros.recorder import BagRecorder, params_from_file
+    from oxygen_ros.tool_loop import spin_until_stopped
 
     out = args.out or datetime.now().strftime("oxygen_bag_%Y%m%d-%H%M%S")
     params = params_from_file(args.params) if args.params else None
@@ -49,16 +50,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"recording {', '.join(rec.topic_names)} to {rec.path} ({args.storage}); Ctrl-C to stop",
           flush=True)
-    t0 = last_print = time.monotonic()
+    def status(elapsed_s: float) -> None:
+        print(f"  {elapsed_s:5.0f} s: {sum(rec.counts.values())} messages", flush=True)
     try:
-        while not stop.is_set():
-            executor.spin_once(timeout_sec=0.05)
-            now = time.monotonic()
-            if args.duration and now - t0 >= args.duration:
-                break
-            if not args.quiet and now - last_print >= 10.0:
-                last_print = now
-                print(f"  {now - t0:5.0f} s: {sum(rec.counts.values())} messages", flush=True)
+        spin_until_stopped(executor, stop, args.duration, None if args.quiet else status)
         _drain(executor, rec)
     finally:
         rec.close()

@@ -9,7 +9,6 @@ Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS node.
 import argparse
 import signal
 import threading
-import time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from oxygen_ros.sim_robot import SimRobot
+    from oxygen_ros.tool_loop import spin_until_stopped
 
     params = sim_params(args)
     stop = threading.Event()
@@ -57,16 +57,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"sim: {len(robot.cameras)} cameras ({cams}) {args.image_size}x{args.image_size} at "
               f"{args.camera_hz:g} Hz, {len(robot.world.names)} joints on {robot.joint_pub.topic_name} at "
               f"{args.joint_hz:g} Hz; following chunks; Ctrl-C to stop", flush=True)
-        t0 = last = time.monotonic()
-        while not stop.is_set():
-            executor.spin_once(timeout_sec=0.05)
-            now = time.monotonic()
-            if args.duration and now - t0 >= args.duration:
-                break
-            if not args.quiet and now - last >= 10.0:
-                last = now
-                print(f"sim: {now - t0:5.0f} s, {robot.chunks} chunks followed, gripper "
-                      f"{'holds' if robot.world.held is not None else 'does not hold'} the cube", flush=True)
+
+        def status(elapsed_s: float) -> None:
+            print(f"sim: {elapsed_s:5.0f} s, {robot.chunks} chunks followed, gripper "
+                  f"{'holds' if robot.world.held is not None else 'does not hold'} the cube", flush=True)
+        spin_until_stopped(executor, stop, args.duration, None if args.quiet else status)
         print(f"sim: stopped after {robot.chunks} chunks", flush=True)
     finally:
         executor.shutdown(timeout_sec=1.0)
