@@ -180,47 +180,51 @@ def workload_shape(model: VLAModel, tok, s: BenchSettings, frames: int = 64) -> 
             "prompt_len": len(tok.encode(BENCH_PROMPT))}
 
 
-def roofline_phases(costs, shape: dict, mode: str, s: BenchSettings, peaks) -> dict[str, float]:
-    """Roofline ms per phase for one steady-state frame of `mode` (one request per frame)."""
+def roofline_phases(costs, shape: dict, mode: str, s: BenchSettings, seconds) -> dict[str, float]:
+    """ms per phase for one steady-state frame of `mode` (one request per frame).
+    costs: FrameCosts (with seconds = its roofline time) or KernelFloor (seconds = identity)."""
     lp, tp, n, k = shape["prefix_len"], shape["prompt_len"], s.tokens, s.steps_per_frame
     copies = 2 if mode == "sequential" else 1       # isolated execution prefills twice
     ctx0 = lp + tp
     if mode in ("sequential", "shared"):
-        decode = sum(costs.decode_step([ctx0 + j]).seconds(peaks) for j in range(n - 1))
+        decode = sum(seconds(costs.decode_step([ctx0 + j])) for j in range(n - 1))
     elif mode == "oxygen":
         batch = max(1, math.ceil((n - 1) / k))
         steps = min(k, n - 1)
-        decode = steps * costs.decode_step([ctx0 + (n - 1) // 2] * batch).seconds(peaks)
+        decode = steps * seconds(costs.decode_step([ctx0 + (n - 1) // 2] * batch))
     else:   # parallel: language runs beside the frame on another worker
         decode, copies = 0.0, 1
-    admit = costs.admit(lp, tp).seconds(peaks) if mode != "parallel" else 0.0
-    return {"vision": copies * costs.vision(shape["cameras"]).seconds(peaks) * 1e3,
-            "prefill": copies * costs.prefill(lp).seconds(peaks) * 1e3,
-            "action": costs.action(lp).seconds(peaks) * 1e3,
+    admit = seconds(costs.admit(lp, tp)) if mode != "parallel" else 0.0
+    return {"vision": copies * seconds(costs.vision(shape["cameras"])) * 1e3,
+            "prefill": copies * seconds(costs.prefill(lp)) * 1e3,
+            "action": seconds(costs.action(lp)) * 1e3,
             "admit": admit * 1e3, "decode": decode * 1e3}
 
 
 def add_roofline(report: dict, model: VLAModel, tok, s: BenchSettings, log=print) -> None:
-    from .roofline import FrameCosts, measure_peaks
-    log("measuring this machine's peaks...", file=sys.stderr)
+    from .roofline import FrameCosts, KernelFloor, measure_peaks
+    log("measuring this machine's peaks and the kernel floor...", file=sys.stderr)
     peaks = measure_peaks()
-    costs = FrameCosts(model)
+    costs, floor = FrameCosts(model), KernelFloor(model)
+    roofline_seconds = lambda c: c.seconds(peaks)
     shape = workload_shape(model, tok, s)
     out = {"peak_gflops": peaks.gflops, "peak_gbps": peaks.gbps, **shape, "modes": {}}
     for mode, m in report["modes"].items():
-        roof = roofline_phases(costs, shape, mode, s, peaks)
-        phases = {p: {"measured_ms": m[f"{p}_ms"], "roofline_ms": roof[p],
+        roof = roofline_phases(costs, shape, mode, s, roofline_seconds)
+        kern = roofline_phases(floor, shape, mode, s, lambda t: t)
+        phases = {p: {"measured_ms": m[f"{p}_ms"], "roofline_ms": roof[p], "floor_ms": kern[p],
                       "ratio": m[f"{p}_ms"] / roof[p] if roof[p] else None} for p in PHASES}
-        total_roof = sum(roof.values())
+        total_roof, total_floor = sum(roof.values()), sum(kern.values())
         out["modes"][mode] = {"phases": phases, "frame_ms": m["frame_ms_median"],
-                              "frame_roofline_ms": total_roof,
-                              "frame_ratio": m["frame_ms_median"] / total_roof}
+                              "frame_roofline_ms": total_roof, "frame_floor_ms": total_floor,
+                              "frame_ratio": m["frame_ms_median"] / total_roof,
+                              "floor_ratio": total_floor / total_roof}
     if "shared" in report["modes"] and s.tokens > 1:
         step = report["modes"]["shared"]["decode_ms"] / (s.tokens - 1)
         ctx = shape["prefix_len"] + shape["prompt_len"] + s.tokens // 2
-        c = costs.decode_step([ctx])
-        out["decode_step_batch1"] = {"measured_ms": step, "bandwidth_roofline_ms": c.bytes / (peaks.gbps * 1e9) * 1e3,
-                                     "ratio": step / (c.bytes / (peaks.gbps * 1e9) * 1e3)}
+        roof = costs.decode_step([ctx]).bytes / (peaks.gbps * 1e9) * 1e3
+        out["decode_step_batch1"] = {"measured_ms": step, "bandwidth_roofline_ms": roof, "ratio": step / roof,
+                                     "floor_ms": floor.decode_step([ctx]) * 1e3}
     report["roofline"] = out
 
 
@@ -236,10 +240,15 @@ def format_roofline(r: dict) -> str:
             row += f"{ph['measured_ms']:>7.1f}/{ph['roofline_ms']:<7.1f}" + " "
         row += f"{m['frame_ms']:>8.1f}/{m['frame_roofline_ms']:.1f} (x{m['frame_ratio']:.2f})"
         lines.append(row)
+    lines.append("kernel floor (the phases' matrix products alone, back to back, same kernels), ms:")
+    for mode, m in r["modes"].items():
+        lines.append(f"{mode:<12}" + "".join(f"{m['phases'][p]['floor_ms']:>16.1f}" for p in PHASES)
+                     + f"{m['frame_floor_ms']:>9.1f} (x{m['floor_ratio']:.2f} of roofline)")
     if "decode_step_batch1" in r:
         d = r["decode_step_batch1"]
         lines.append(f"decode step at batch 1: {d['measured_ms']:.2f} ms vs bandwidth roofline "
-                     f"{d['bandwidth_roofline_ms']:.2f} ms (x{d['ratio']:.2f})")
+                     f"{d['bandwidth_roofline_ms']:.2f} ms (x{d['ratio']:.2f}); its products alone "
+                     f"{d['floor_ms']:.2f} ms (x{d['floor_ms'] / d['bandwidth_roofline_ms']:.2f})")
     return "\n".join(lines)
 
 

@@ -5,6 +5,12 @@ FLOPs count 2 per multiply-add of the linear layers and of attention (QK^T and A
 and bytes count the weights the phase streams once per forward pass plus the KV
 entries it reads (fp32: 4 bytes each). Activations are ignored: they are small next
 to the weights and stay in cache. The frame's roofline is the sum of its phases'.
+
+The kernel floor (KernelFloor) is measured instead: every matrix product a phase
+makes, run back to back with the engine's own kernels on random inputs of the same
+shapes, and nothing else. Between floor and roofline lies the kernels' efficiency on
+these shapes; between measured time and floor lies everything around the products
+(norms, rope, attention, cache writes, Python).
 """
 from __future__ import annotations
 
@@ -12,8 +18,9 @@ import time
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from .layers import ONEDNN_BATCH_HINT, onednn_enabled
+from .layers import ONEDNN_BATCH_HINT, Packed, onednn_enabled
 from .model import VLAModel
 
 
@@ -121,3 +128,57 @@ class FrameCosts:
         b, keys = len(context_lengths), sum(context_lengths)
         return Cost(2 * (self.layer_params + self.head_params) * b + self._attn(1, keys),
                     (self.layer_params + self.head_params + keys * self.kv_per_token) * self.el)
+
+
+class KernelFloor:
+    """Measured seconds of each phase's matrix products alone (see the module docstring),
+    with the same methods as FrameCosts. Each distinct product list is timed once
+    (best of `repeats`) and cached."""
+
+    def __init__(self, model: VLAModel, repeats: int = 3):
+        self.cfg, self.repeats, self._cache = model.cfg, repeats, {}
+        bb, ex = model.backbone, model.expert
+
+        def projections(layers):
+            return [p for l in layers for p in (l.self_attn._qkv, l.self_attn._o, l.mlp._gate_up, l.mlp._down)]
+        self.products = {
+            "vision": [m for m in model.vision.modules() if isinstance(m, nn.Linear)],
+            "backbone": projections(bb.layers), "head": [bb._head], "expert": projections(ex.layers),
+            "modulations": [m.dense for l in ex.layers for m in (l.input_layernorm, l.post_attention_layernorm)]
+                           + [ex.norm.dense]}
+        self.dtype, self.device = model.dtype, model.device
+
+    def _time(self, key: str, rows: int) -> float:
+        """Best wall time of one pass over the products of `key` with `rows` input rows each."""
+        if (key, rows) not in self._cache:
+            products = self.products[key]
+            inputs = [torch.randn(rows, p.matrix.shape[0] if isinstance(p, Packed) else p.in_features,
+                                  dtype=self.dtype, device=self.device) for p in products]
+            calls = [(p.matmul if isinstance(p, Packed) else p, x) for p, x in zip(products, inputs)]
+
+            def run():
+                for f, x in calls:
+                    f(x)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+            with torch.inference_mode():
+                self._cache[key, rows] = _best_seconds(run, self.repeats)
+        return self._cache[key, rows]
+
+    def vision(self, images: int) -> float:
+        return self._time("vision", images * self.cfg.vision.tokens_per_image) if images else 0.0
+
+    def prefill(self, length: int) -> float:
+        return self._time("backbone", length)
+
+    def action(self, prefix: int) -> float:
+        e = self.cfg.expert
+        return (e.denoise_steps * self._time("expert", e.horizon)
+                + self._time("modulations", e.denoise_steps))
+
+    def admit(self, prefix: int, prompt: int, batch: int = 1) -> float:
+        return self._time("backbone", prompt * batch) + self._time("head", batch)
+
+    def decode_step(self, context_lengths: list[int]) -> float:
+        b = len(context_lengths)
+        return self._time("backbone", b) + self._time("head", b)
