@@ -68,3 +68,56 @@ def test_large_matrices_use_the_blocked_copy_and_drop_it_when_stale():
         b.weight.zero_()
     assert torch.equal(packed.apply(x)[1], torch.zeros(3, 4))
     assert packed.blocked is None
+
+
+@pytest.mark.parametrize("width", [16, 8192])       # below / above the oneDNN threshold
+def test_biased_layers_pack_with_their_biases_and_fuse_gelu(width):
+    torch.manual_seed(1)
+    a, b = nn.Linear(width, 8), nn.Linear(width, 4)
+    x = torch.randn(3, width)
+    ref = torch.cat([a(x), b(x)], dim=-1).detach()
+    packed = Packed(a, b)
+    packed.pack()
+    assert a.bias.data_ptr() == packed.bias.data_ptr()              # biases are views too
+    torch.testing.assert_close(packed.matmul(x), ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(packed.matmul(x, gelu_tanh=True),
+                               torch.nn.functional.gelu(ref, approximate="tanh"), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        b.bias.fill_(100.0)                                          # a loader writing in place
+    assert (packed.matmul(x)[:, 8:] > 50).all()
+
+
+def test_mixed_biases_are_rejected():
+    with pytest.raises(ValueError, match="bias"):
+        Packed(nn.Linear(4, 2), nn.Linear(4, 2, bias=False))
+
+
+def _vision_reference(enc, images):
+    """SigLIP's forward written directly on the nn.Linear layers (independent of Packed)."""
+    f = torch.nn.functional
+    x = enc.patch_embedding(images).flatten(2).transpose(1, 2) + enc.position_embedding.weight
+    for layer in enc.layers:
+        att = layer.self_attn
+        y = layer.layer_norm1(x)
+        b, t, w = y.shape
+        d = w // att.heads
+        q, k, v = (p(y).view(b, t, att.heads, d).transpose(1, 2) for p in (att.q_proj, att.k_proj, att.v_proj))
+        a = torch.softmax(q @ k.transpose(-1, -2) / d ** 0.5, dim=-1) @ v
+        x = x + att.out_proj(a.transpose(1, 2).reshape(b, t, w))
+        x = x + layer.mlp.fc2(f.gelu(layer.mlp.fc1(layer.layer_norm2(x)), approximate="tanh"))
+    return enc.projector(enc.post_layernorm(x))
+
+
+def test_packed_vision_encoder_matches_a_plain_reference():
+    from oxygen_ros.engine.config import get_config
+    from oxygen_ros.engine.model import init_random
+    from oxygen_ros.engine.vision import VisionEncoder
+    cfg = get_config("pi05-quarter").vision            # wide enough for the oneDNN path
+    enc = init_random(VisionEncoder(cfg, 64), seed=3).eval()
+    images = torch.rand(2, 3, cfg.image_size, cfg.image_size) * 2 - 1
+    with torch.inference_mode():
+        want = _vision_reference(enc, images)
+        torch.testing.assert_close(enc(images), want, rtol=1e-4, atol=1e-4)   # unpacked
+        enc.pack()
+        assert enc.layers[0].self_attn._qkv.blocked is not None or not torch.backends.mkldnn.is_available()
+        torch.testing.assert_close(enc(images), want, rtol=1e-4, atol=1e-4)

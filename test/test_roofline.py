@@ -71,3 +71,16 @@ def test_bench_roofline_reports_floor_per_phase(tmp_path, capsys):
     assert seq["prefill"]["floor_ms"] == pytest.approx(2 * ox["prefill"]["floor_ms"])
     assert roof["decode_step_batch1"]["floor_ms"] > 0
     assert "kernel floor" in capsys.readouterr().out
+
+
+def test_kernel_floor_passes_raise_the_peaks_they_beat(monkeypatch):
+    from oxygen_ros.engine import roofline
+    model, _ = tiny()
+    monkeypatch.setattr(roofline, "STREAMING_MIN_BYTES", 0)    # tiny's weights are cache-sized
+    floor = KernelFloor(model, repeats=1)
+    seconds = floor.prefill(64)
+    elements = sum(p.matrix.numel() for p in floor.products["backbone"])
+    assert floor.best_gflops >= 2 * 64 * elements / seconds / 1e9 * 0.999
+    raised = floor.raise_peaks(Peaks(gflops=1e-9, gbps=1e-9))
+    assert raised.gflops == floor.best_gflops and raised.gbps == floor.best_gbps > 0
+    assert floor.raise_peaks(Peaks(gflops=1e9, gbps=1e9)) == Peaks(1e9, 1e9)

@@ -10,7 +10,8 @@ The kernel floor (KernelFloor) is measured instead: every matrix product a phase
 makes, run back to back with the engine's own kernels on random inputs of the same
 shapes, and nothing else. Between floor and roofline lies the kernels' efficiency on
 these shapes; between measured time and floor lies everything around the products
-(norms, rope, attention, cache writes, Python).
+(norms, rope, attention, cache writes, Python). The floor's passes also raise the
+peaks where they ran faster than the dedicated measurements (KernelFloor.raise_peaks).
 """
 from __future__ import annotations
 
@@ -130,6 +131,11 @@ class FrameCosts:
                     (self.layer_params + self.head_params + keys * self.kv_per_token) * self.el)
 
 
+# a pass over at least this many weight bytes streams them from memory (4x the 32 MiB
+# L3 of the dev machine), so its bytes/second is a bandwidth measurement
+STREAMING_MIN_BYTES = 128 * 2 ** 20
+
+
 class KernelFloor:
     """Measured seconds of each phase's matrix products alone (see the module docstring),
     with the same methods as FrameCosts. Each distinct product list is timed once
@@ -137,6 +143,7 @@ class KernelFloor:
 
     def __init__(self, model: VLAModel, repeats: int = 3):
         self.cfg, self.repeats, self._cache = model.cfg, repeats, {}
+        self.best_gflops = self.best_gbps = 0.0
         bb, ex = model.backbone, model.expert
 
         def projections(layers):
@@ -162,8 +169,19 @@ class KernelFloor:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
             with torch.inference_mode():
-                self._cache[key, rows] = _best_seconds(run, self.repeats)
+                seconds = _best_seconds(run, self.repeats)
+            self._cache[key, rows] = seconds
+            elements = sum(p.matrix.numel() if isinstance(p, Packed) else p.weight.numel() for p in products)
+            weight_bytes = elements * torch.finfo(self.dtype).bits // 8
+            self.best_gflops = max(self.best_gflops, 2 * rows * elements / seconds / 1e9)
+            if weight_bytes >= STREAMING_MIN_BYTES:
+                self.best_gbps = max(self.best_gbps, weight_bytes / seconds / 1e9)
         return self._cache[key, rows]
+
+    def raise_peaks(self, peaks: Peaks) -> Peaks:
+        """The peaks, raised to the fastest rates the passes timed so far reached: a
+        roofline must not be beaten by the engine's own kernels."""
+        return Peaks(max(peaks.gflops, self.best_gflops), max(peaks.gbps, self.best_gbps))
 
     def vision(self, images: int) -> float:
         return self._time("vision", images * self.cfg.vision.tokens_per_image) if images else 0.0

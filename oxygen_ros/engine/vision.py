@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import VisionConfig
+from .layers import Packed
 
 
 class VisionAttention(nn.Module):
@@ -18,14 +19,18 @@ class VisionAttention(nn.Module):
         self.k_proj = nn.Linear(width, width)
         self.v_proj = nn.Linear(width, width)
         self.out_proj = nn.Linear(width, width)
+        self._qkv, self._out = Packed(self.q_proj, self.k_proj, self.v_proj), Packed(self.out_proj)
+
+    def pack(self) -> None:
+        self._qkv.pack()
+        self._out.pack()
 
     def forward(self, x):
         b, t, w = x.shape
         d = w // self.heads
-        q, k, v = (p(x).view(b, t, self.heads, d).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = self._qkv.matmul(x).unflatten(-1, (3, self.heads, d)).permute(2, 0, 3, 1, 4)
         out = F.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(d))
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, w))
+        return self._out.matmul(out.transpose(1, 2).reshape(b, t, w))
 
 
 class VisionMLP(nn.Module):
@@ -33,9 +38,14 @@ class VisionMLP(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(width, mlp_dim)
         self.fc2 = nn.Linear(mlp_dim, width)
+        self._fc1, self._fc2 = Packed(self.fc1), Packed(self.fc2)
+
+    def pack(self) -> None:
+        self._fc1.pack()
+        self._fc2.pack()
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self._fc2.matmul(self._fc1.matmul(x, gelu_tanh=True))
 
 
 class VisionLayer(nn.Module):
@@ -60,6 +70,14 @@ class VisionEncoder(nn.Module):
         self.layers = nn.ModuleList(VisionLayer(cfg) for _ in range(cfg.depth))
         self.post_layernorm = nn.LayerNorm(cfg.width, eps=cfg.norm_eps)
         self.projector = nn.Linear(cfg.width, out_width)
+        self._projector = Packed(self.projector)
+
+    def pack(self) -> None:
+        """Pack the projections for fast inference (see layers.Packed)."""
+        for layer in self.layers:
+            layer.self_attn.pack()
+            layer.mlp.pack()
+        self._projector.pack()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images [N, 3, S, S] in [-1, 1] -> tokens [N, tokens_per_image, out_width]."""
@@ -67,4 +85,4 @@ class VisionEncoder(nn.Module):
         x = x + self.position_embedding.weight
         for layer in self.layers:
             x = layer(x)
-        return self.projector(self.post_layernorm(x))
+        return self._projector.matmul(self.post_layernorm(x))
