@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--roofline", action="store_true",
-                   help="measure this machine's peaks and compare every phase with its roofline time")
+                   help="measure this machine's peaks and compare every phase with its roofline time "
+                        "and with its kernel floor (its matrix products alone)")
     p.add_argument("--sweep", action="store_true",
                    help="oxygen vs sequential over the grid tokens 5..30 x k 1..30 x denoise 5..20")
     p.add_argument("--plot", metavar="PNG", help="with --sweep: write the sweep plot here")
