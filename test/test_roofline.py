@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from engine_fixtures import tiny
 from oxygen_ros.cli import main
@@ -52,6 +53,8 @@ def test_kernel_floor_times_every_backbone_and_expert_weight():
     assert packed_elements("backbone") == sum(p.numel() for p in bb_layers.parameters()) - norms(bb_layers)
     assert packed_elements("expert") == sum(p.numel() for p in ex_layers.parameters()) - norms(ex_layers)
     assert packed_elements("head") == model.backbone.head_weight().numel()
+    vision_linears = [m for m in model.vision.modules() if isinstance(m, torch.nn.Linear)]
+    assert packed_elements("vision") == sum(m.weight.numel() for m in vision_linears)
     step = floor.decode_step([80, 90, 100])
     assert step > 0 and ("backbone", 3) in floor._cache and ("head", 3) in floor._cache
     assert floor.decode_step([1, 2, 3]) == step        # timed once per row count, then cached

@@ -36,8 +36,9 @@ class VLAModel(nn.Module):
         return out
 
     def pack_weights(self) -> "VLAModel":
-        """Lay out the backbone's and expert's projections for fast inference, in place
-        (no extra memory). Call after the final weights, dtype and device are set."""
+        """Lay out the vision encoder's, backbone's and expert's projections for fast
+        inference, in place (no extra memory). Call after the final weights, dtype and
+        device are set."""
         self.vision.pack()
         self.backbone.pack()
         self.expert.pack()

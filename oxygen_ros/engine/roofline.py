@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from .layers import ONEDNN_BATCH_HINT, Packed, onednn_enabled
 from .model import VLAModel
@@ -148,8 +147,10 @@ class KernelFloor:
 
         def projections(layers):
             return [p for l in layers for p in (l.self_attn._qkv, l.self_attn._o, l.mlp._gate_up, l.mlp._down)]
+        vision = [p for l in model.vision.layers
+                  for p in (l.self_attn._qkv, l.self_attn._out, l.mlp._fc1, l.mlp._fc2)]
         self.products = {
-            "vision": [m for m in model.vision.modules() if isinstance(m, nn.Linear)],
+            "vision": vision + [model.vision._projector],
             "backbone": projections(bb.layers), "head": [bb._head], "expert": projections(ex.layers),
             "modulations": [m.dense for l in ex.layers for m in (l.input_layernorm, l.post_attention_layernorm)]
                            + [ex.norm.dense]}
