@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from oxygen_ros.engine.layers import Packed
+from oxygen_ros.engine.layers import Packed, packed_groups
 
 
 def _layers(seed=0, width=16):
@@ -118,6 +118,7 @@ def test_packed_vision_encoder_matches_a_plain_reference():
     with torch.inference_mode():
         want = _vision_reference(enc, images)
         torch.testing.assert_close(enc(images), want, rtol=1e-4, atol=1e-4)   # unpacked
-        enc.pack()
+        for group in packed_groups(enc):
+            group.pack()
         assert enc.layers[0].self_attn._qkv.blocked is not None or not torch.backends.mkldnn.is_available()
         torch.testing.assert_close(enc(images), want, rtol=1e-4, atol=1e-4)

@@ -27,10 +27,6 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(head_dim, qk_norm_eps, norm_style)
         self._qkv, self._o = Packed(self.q_proj, self.k_proj, self.v_proj), Packed(self.o_proj)
 
-    def pack(self) -> None:
-        self._qkv.pack()
-        self._o.pack()
-
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache: "CacheView",
                 mask: torch.Tensor | None) -> torch.Tensor:
         b, t, _ = x.shape
@@ -97,6 +93,8 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.depth))
         self.norm = RMSNorm(cfg.width, cfg.norm_eps, cfg.norm)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.width, cfg.vocab_size, bias=False)
+        # packed, the tied embedding becomes a view of the [width, vocab] head matrix
+        self._head = Packed(self.embed_tokens if self.lm_head is None else self.lm_head)
         self.rope = Rope(cfg.head_dim, cfg.rope_theta, max_positions)
         self.embed_multiplier = math.sqrt(cfg.width) if cfg.embed_scale else 1.0
 
@@ -110,21 +108,9 @@ class Decoder(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def pack(self) -> None:
-        """Pack every projection for fast inference (see layers.Packed); the tied
-        embedding becomes a view of the [width, vocab] head matrix."""
-        self._head = Packed(self.embed_tokens if self.lm_head is None else self.lm_head)
-        self._head.pack()
-        for layer in self.layers:
-            layer.self_attn.pack()
-            layer.mlp.pack()
-
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on the given rows only (callers pass just the last token)."""
-        head = getattr(self, "_head", None)
-        if head is None:
-            return nn.functional.linear(self.norm(hidden), self.head_weight())
-        return head.matmul(self.norm(hidden))
+        return self._head.matmul(self.norm(hidden))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice, write_at,
                 read_len: int, mask: torch.Tensor | None) -> torch.Tensor:

@@ -76,11 +76,6 @@ class ActionExpert(nn.Module):
         self.time_mlp_in = nn.Linear(cfg.width, cfg.width)
         self.time_mlp_out = nn.Linear(cfg.width, cfg.width)
 
-    def pack(self) -> None:
-        for layer in self.layers:
-            layer.self_attn.pack()
-            layer.mlp.pack()
-
     def condition(self, ts: list[float]) -> torch.Tensor:
         """The time conditioning of every denoise step at once: [N, W]."""
         w = self.time_mlp_in.weight

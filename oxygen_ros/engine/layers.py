@@ -168,6 +168,11 @@ class Packed:
         return list(out.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [out]
 
 
+def packed_groups(module: nn.Module) -> list[Packed]:
+    """Every Packed group held by `module` or its submodules, in registration order."""
+    return [v for m in module.modules() for v in vars(m).values() if isinstance(v, Packed)]
+
+
 class GatedMLP(nn.Module):
     def __init__(self, width: int, mlp_dim: int, act: str):
         super().__init__()
@@ -176,10 +181,6 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(mlp_dim, width, bias=False)
         self.act = activation(act)
         self._gate_up, self._down = Packed(self.gate_proj, self.up_proj), Packed(self.down_proj)
-
-    def pack(self) -> None:
-        self._gate_up.pack()
-        self._down.pack()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self._gate_up.apply(x)

@@ -10,6 +10,7 @@ from .config import ModelConfig
 from .decoder import Decoder
 from .expert import ActionExpert
 from .kv_pool import KVPool
+from .layers import packed_groups
 from .transfer import to_device
 from .vision import VisionEncoder
 
@@ -39,9 +40,8 @@ class VLAModel(nn.Module):
         """Lay out the vision encoder's, backbone's and expert's projections for fast
         inference, in place (no extra memory). Call after the final weights, dtype and
         device are set."""
-        self.vision.pack()
-        self.backbone.pack()
-        self.expert.pack()
+        for group in packed_groups(self):
+            group.pack()
         return self
 
     def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .layers import ONEDNN_BATCH_HINT, Packed, onednn_enabled
+from .layers import ONEDNN_BATCH_HINT, Packed, onednn_enabled, packed_groups
 from .model import VLAModel
 
 
@@ -145,13 +145,9 @@ class KernelFloor:
         self.best_gflops = self.best_gbps = 0.0
         bb, ex = model.backbone, model.expert
 
-        def projections(layers):
-            return [p for l in layers for p in (l.self_attn._qkv, l.self_attn._o, l.mlp._gate_up, l.mlp._down)]
-        vision = [p for l in model.vision.layers
-                  for p in (l.self_attn._qkv, l.self_attn._out, l.mlp._fc1, l.mlp._fc2)]
         self.products = {
-            "vision": vision + [model.vision._projector],
-            "backbone": projections(bb.layers), "head": [bb._head], "expert": projections(ex.layers),
+            "vision": packed_groups(model.vision), "backbone": packed_groups(bb.layers),
+            "head": [bb._head], "expert": packed_groups(ex.layers),
             "modulations": [m.dense for l in ex.layers for m in (l.input_layernorm, l.post_attention_layernorm)]
                            + [ex.norm.dense]}
         self.dtype, self.device = model.dtype, model.device

@@ -21,10 +21,6 @@ class VisionAttention(nn.Module):
         self.out_proj = nn.Linear(width, width)
         self._qkv, self._out = Packed(self.q_proj, self.k_proj, self.v_proj), Packed(self.out_proj)
 
-    def pack(self) -> None:
-        self._qkv.pack()
-        self._out.pack()
-
     def forward(self, x):
         b, t, w = x.shape
         d = w // self.heads
@@ -39,10 +35,6 @@ class VisionMLP(nn.Module):
         self.fc1 = nn.Linear(width, mlp_dim)
         self.fc2 = nn.Linear(mlp_dim, width)
         self._fc1, self._fc2 = Packed(self.fc1), Packed(self.fc2)
-
-    def pack(self) -> None:
-        self._fc1.pack()
-        self._fc2.pack()
 
     def forward(self, x):
         return self._fc2.matmul(self._fc1.matmul(x, gelu_tanh=True))
@@ -71,13 +63,6 @@ class VisionEncoder(nn.Module):
         self.post_layernorm = nn.LayerNorm(cfg.width, eps=cfg.norm_eps)
         self.projector = nn.Linear(cfg.width, out_width)
         self._projector = Packed(self.projector)
-
-    def pack(self) -> None:
-        """Pack the projections for fast inference (see layers.Packed)."""
-        for layer in self.layers:
-            layer.self_attn.pack()
-            layer.mlp.pack()
-        self._projector.pack()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """images [N, 3, S, S] in [-1, 1] -> tokens [N, tokens_per_image, out_width]."""
