@@ -25,7 +25,7 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "oxygen_node = oxygen_ros.node:main",
+            "oxygen_node = oxygen_ros.node.oxygen_node:main",
             "oxygen = oxygen_ros.cli:main",
         ],
     },

@@ -29,11 +29,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("cuda_check: no CUDA device here", file=sys.stderr)
         return 2
-    from oxygen_ros.engine.baselines import SequentialEngine
-    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.engine.bench.baselines import SequentialEngine
+    from oxygen_ros.engine.weights.loading import load_model
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-    from oxygen_ros.engine.workloads import get_workload, synthetic_frames
+    from oxygen_ros.engine.bench.workloads import get_workload, synthetic_frames
 
     model, tok = load_model(args.profile, dtype="bfloat16", device="cuda")
     print(f"{args.profile}: {model.weight_bytes() / 2**30:.2f} GiB of bf16 weights on {torch.cuda.get_device_name()}")

@@ -2,7 +2,7 @@
 import numpy as np
 
 from oxygen_ros.engine.config import TINY
-from oxygen_ros.engine.model import build_random_model
+from oxygen_ros.engine.model.vla import build_random_model
 from oxygen_ros.engine.observation import Observation
 from oxygen_ros.engine.tokenizer import ByteTokenizer
 

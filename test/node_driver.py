@@ -31,7 +31,7 @@ class Driver:
         from sensor_msgs.msg import Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
-        from oxygen_ros.ros_convert import rgb_to_image
+        from oxygen_ros.node.convert import rgb_to_image
 
         rclpy.init()
         self.rclpy = rclpy

@@ -5,7 +5,7 @@ import torch
 
 from engine_fixtures import observation, tiny
 from oxygen_ros.engine.decode_graphs import DecodeStep
-from oxygen_ros.engine.baselines import IsolatedRunner, SequentialEngine, SharedEngine
+from oxygen_ros.engine.bench.baselines import IsolatedRunner, SequentialEngine, SharedEngine
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
 

@@ -30,7 +30,7 @@ def profile(path: Path) -> dict:
 
 
 def specs():
-    from oxygen_ros import node_params
+    from oxygen_ros.node import params as node_params
 
     return node_params.SPEC
 

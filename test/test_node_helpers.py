@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from oxygen_ros.engine.requests import TextDelta
-from oxygen_ros.input_monitor import InputMonitor
-from oxygen_ros.joint_space import JointSpace
-from oxygen_ros.memory_log import MemoryLog, PromptTooLong
-from oxygen_ros.questions import QuestionBoard, QuestionRejected
-from oxygen_ros.ros_convert import InputError, image_to_rgb, joint_positions, rgb_to_image
-from oxygen_ros.text_chunks import merge_deltas
-from oxygen_ros.tick_clock import TickClock
+from oxygen_ros.node.input_monitor import InputMonitor
+from oxygen_ros.node.joint_space import JointSpace
+from oxygen_ros.node.memory_log import MemoryLog, PromptTooLong
+from oxygen_ros.node.questions import QuestionBoard, QuestionRejected
+from oxygen_ros.node.convert import InputError, image_to_rgb, joint_positions, rgb_to_image
+from oxygen_ros.node.convert import merge_deltas
+from oxygen_ros.node.tick_clock import TickClock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,7 +249,7 @@ def test_params_files_set_every_declared_parameter_with_its_type(profile):
     declares, nothing else, each with the declared type (floats written as floats)."""
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.node_params import SPECS
+    from oxygen_ros.node.params import SPECS
 
     doc = yaml.safe_load((ROOT / "config" / f"{profile}.yaml").read_text())
     params = doc["/**"]["ros__parameters"]

@@ -160,7 +160,7 @@ def test_record_is_lossless_and_readable_by_rosbags_and_mcap(tmp_path):
     from mcap_ros2.decoder import DecoderFactory
     from rosbags.highlevel import AnyReader
 
-    from oxygen_ros.bag_types import typestore
+    from oxygen_ros.tools.bag_types import typestore
 
     ns, bag, pub = record_while_publishing(tmp_path, signal.SIGINT)
     assert pub["rate_hz"] > 30.0
@@ -206,7 +206,7 @@ def test_record_stops_on_sigterm_and_writes_sqlite3(tmp_path):
         counts = {c.topic: c.msgcount for c in reader.connections}
     assert counts[f"{ns}/joint_trajectory"] == N_CHUNKS
     assert list(bag.glob("*.db3"))
-    from oxygen_ros.bag_report import read_bag, summarize    # the report reads it too
+    from oxygen_ros.tools.bag_summary import read_bag, summarize    # the report reads it too
 
     summary = summarize(read_bag(bag))
     assert summary["chunks"]["count"] == summary["frames"]["count"] == N_CHUNKS

@@ -25,7 +25,7 @@ def write_bag(path, storage: str, ns: str = "/robot"):
     import numpy as np
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from oxygen_ros.bag_types import typestore
+    from oxygen_ros.tools.bag_types import typestore
 
     store = typestore()
     T = store.types
@@ -135,7 +135,7 @@ def test_report_of_a_bag_without_messages(tmp_path):
     0, figures None, a PNG."""
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from oxygen_ros.bag_types import typestore
+    from oxygen_ros.tools.bag_types import typestore
 
     with Writer(tmp_path / "bag", version=9, storage_plugin=StoragePlugin.MCAP) as w:
         w.add_connection("/joint_trajectory", "trajectory_msgs/msg/JointTrajectory", typestore=typestore())

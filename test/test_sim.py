@@ -12,7 +12,7 @@ JOINTS = ["joint_1", "joint_2", "joint_3", "joint_4", "joint_5", "joint_6", "joi
 
 
 def world():
-    from oxygen_ros.sim_world import SimWorld
+    from oxygen_ros.tools.sim_world import SimWorld
 
     return SimWorld(["a", "b", "c", "gripper"], [-1.0, -2.0, -1.0, 0.0], [1.0, 2.0, 1.0, 0.08])
 
@@ -79,7 +79,7 @@ def drive(namespace, deadline):
     from sensor_msgs.msg import Image, JointState
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-    from oxygen_ros.ros_convert import image_to_rgb
+    from oxygen_ros.node.convert import image_to_rgb
     from ros_helpers import spin_until
 
     rclpy.init()

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _default_out() -> Path:
-    from oxygen_ros.paths import checkout_root
+    from oxygen_ros.tools.params_files import checkout_root
 
     base = checkout_root() or Path.cwd()
     return base / "out" / datetime.now().strftime("demo-%Y%m%d-%H%M%S")
@@ -66,7 +66,7 @@ def _prepare_weights(params: dict, say) -> None:
     checkpoint = str(params.get("checkpoint") or "")
     if params.get("model") != "smol" or (checkpoint and not checkpoint.endswith(".gguf")):
         return
-    from oxygen_ros.engine.gguf_weights import ensure_cached
+    from oxygen_ros.engine.weights.gguf import ensure_cached
 
     say("checking the SmolLM2 weights cache (the first run converts the GGUF: tens of seconds) ...")
     cached = ensure_cached(params.get("checkpoint") or None, progress=sys.stdout)
@@ -98,9 +98,8 @@ def _node_log_lines(child, offset: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from oxygen_ros.child_processes import Children
-    from oxygen_ros.paths import config_file
-    from oxygen_ros.recorder import params_from_file
+    from oxygen_ros.tools.child_processes import Children
+    from oxygen_ros.tools.params_files import config_file, params_from_file
 
     params_path = Path(args.params) if args.params else config_file("demo.yaml")
     params = params_from_file(params_path)
@@ -160,7 +159,7 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from oxygen_ros.demo_monitor import DemoMonitor, clean
+    from oxygen_ros.tools.demo_monitor import DemoMonitor, clean
 
     py = sys.executable
     camera_hz = args.camera_hz or min(15.0, max(5.0, 3 * float(params.get("control_rate_hz", 10.0))))
@@ -264,8 +263,8 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
 
 
 def _report(out: Path, say) -> None:
-    from oxygen_ros.bag_report import format_summary
-    from oxygen_ros.commands.report import write_report
+    from oxygen_ros.tools.bag_summary import format_summary
+    from oxygen_ros.tools.report import write_report
 
     bag = out / "bag"
     if not (bag / "metadata.yaml").is_file():

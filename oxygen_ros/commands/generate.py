@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     from oxygen_ros.engine.generate import greedy_generate, prompt_ids
-    from oxygen_ros.engine.gguf_weights import GGUFError
-    from oxygen_ros.engine.loading import load_model
+    from oxygen_ros.engine.weights.gguf import GGUFError
+    from oxygen_ros.engine.weights.loading import load_model
     from oxygen_ros.engine.tokenizer import decode
 
     try:

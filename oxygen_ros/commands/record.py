@@ -29,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from oxygen_ros.recorder import BagRecorder, params_from_file
-    from oxygen_ros.tool_loop import spin_until_stopped
+    from oxygen_ros.tools.bag_recorder import BagRecorder
+    from oxygen_ros.tools.params_files import params_from_file
+    from oxygen_ros.tools.spin import spin_until_stopped
 
     out = args.out or datetime.now().strftime("oxygen_bag_%Y%m%d-%H%M%S")
     params = params_from_file(args.params) if args.params else None

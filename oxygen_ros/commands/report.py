@@ -6,7 +6,6 @@ rate, deadline misses, and per language request the frames and seconds from its 
 to its first token and to done, and tokens/s.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -17,22 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--title", default="", help="title of the timeline plot")
 
 
-def write_report(bag, out, title: str = "") -> dict:
-    """Read the bag, write out/summary.json and out/timeline.png; returns the summary."""
-    from oxygen_ros.bag_report import read_bag, summarize
-    from oxygen_ros.timeline_plot import plot_timeline
-
-    data = read_bag(bag)
-    summary = summarize(data)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    plot_timeline(data, summary, out / "timeline.png", title)
-    return summary
-
-
 def run(args: argparse.Namespace) -> int:
-    from oxygen_ros.bag_report import bag_dir, format_summary
+    from oxygen_ros.tools.bag_summary import bag_dir, format_summary
+    from oxygen_ros.tools.report import write_report
 
     try:
         bag = bag_dir(args.bag)

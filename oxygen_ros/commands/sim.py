@@ -24,8 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def sim_params(args) -> dict:
-    from oxygen_ros.paths import config_file
-    from oxygen_ros.recorder import params_from_file
+    from oxygen_ros.tools.params_files import config_file, params_from_file
 
     params = params_from_file(args.params or config_file("demo.yaml"))
     if args.joints:
@@ -40,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from oxygen_ros.sim_robot import SimRobot
-    from oxygen_ros.tool_loop import spin_until_stopped
+    from oxygen_ros.tools.sim_robot import SimRobot
+    from oxygen_ros.tools.spin import spin_until_stopped
 
     params = sim_params(args)
     stop = threading.Event()

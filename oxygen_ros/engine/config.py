@@ -1,4 +1,4 @@
-"""Model configurations and the named profiles.
+"""Model configurations, the named profiles and the dtype spellings every loader accepts.
 
 One decoder config serves every backbone family (Gemma for pi0.5, Llama for SmolLM2);
 the vision encoder and the action expert have their own small configs.
@@ -6,6 +6,8 @@ the vision encoder and the action expert have their own small configs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -122,3 +124,23 @@ def get_config(name: str) -> ModelConfig:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown model profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """A dtype from a DTYPES spelling (case and a "torch." prefix ignored) or a torch dtype
+    of those three; ValueError names the choices."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+    else:
+        key = str(dtype).strip().lower().removeprefix("torch.")
+        if key in DTYPES:
+            return DTYPES[key]
+    raise ValueError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")

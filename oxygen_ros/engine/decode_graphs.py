@@ -21,7 +21,7 @@ import math
 import torch
 
 from .kv_pool import KVPool
-from .model import VLAModel
+from .model.vla import VLAModel
 
 
 class DecodeStep:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .model import VLAModel
+from .model.vla import VLAModel
 from .tokenizer import Tokenizer
 
 

@@ -17,7 +17,7 @@ import torch
 
 from .decode_graphs import DecodeStep
 from .frame import FrameResult, PhaseTimer
-from .model import VLAModel
+from .model.vla import VLAModel
 from .observation import Observation, camera_batch, prefix_text
 from .requests import LanguageRequest, RequestRejected, TextDelta
 from .tokenizer import TextStream, Tokenizer
@@ -48,7 +48,7 @@ class EngineConfig:
 
 
 @dataclass
-class _Live:
+class LiveRequest:
     req: LanguageRequest
     tokens: list[int]
     length: int               # valid KV entries in the slot (the newest token not yet written)
@@ -109,7 +109,7 @@ class EngineBase:
     def prompt_ids(self, req: LanguageRequest) -> list[int]:
         return self.tok.encode(req.prompt)
 
-    def accept_token(self, live: _Live, token: int, deltas: list[TextDelta]) -> bool:
+    def accept_token(self, live: LiveRequest, token: int, deltas: list[TextDelta]) -> bool:
         """Record a generated token and its text delta; True when the request is done."""
         req = live.req
         is_eos = token in self.tok.eos_ids and not req.ignore_eos
@@ -140,7 +140,7 @@ class OxygenEngine(EngineBase):
     def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         super().__init__(model, tokenizer, config)
         self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
-        self.live: list[_Live] = []          # live[i] holds pool slot i
+        self.live: list[LiveRequest] = []          # live[i] holds pool slot i
         self.decoder = DecodeStep(model, self.pool, graphs=self.config.cuda_graphs)
         if self.decoder.graphs:
             self.decoder.capture_all()       # now, while the pool is empty, not mid-frame
@@ -209,7 +209,7 @@ class OxygenEngine(EngineBase):
             req.start_frame = self.frame_index
             slot = self.pool.claim(plen + len(ids))
             assert slot == len(self.live)
-            self.live.append(_Live(req, [], plen + len(ids), TextStream(self.tok)))
+            self.live.append(LiveRequest(req, [], plen + len(ids), TextStream(self.tok)))
         self._next_ids[staging:staging + len(batch)] = first
         self._unread_first = (staging, first)
         if self.sync_every_step:

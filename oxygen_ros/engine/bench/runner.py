@@ -1,0 +1,320 @@
+"""Side-by-side benchmark of the execution modes on one model, in one run.
+
+Every mode sees the same observations, noise and requests (one new fixed-length
+language request per frame). Figures are taken in the steady state: each mode first
+runs warm-up frames until its pipeline holds its full batch, then `frames` frames are
+measured. Exactness compares oxygen with sequential (isolated) execution.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .baselines import ParallelEngine, SequentialEngine, SharedEngine
+from ..frame import PHASES
+from ..model.vla import VLAModel
+from ..requests import LanguageRequest
+from ..scheduler import EngineConfig, OxygenEngine
+from .workloads import get_workload, synthetic_frames
+
+MODES = {"sequential": SequentialEngine, "shared": SharedEngine, "oxygen": OxygenEngine,
+         "parallel": ParallelEngine}
+BENCH_PROMPT = "Describe what the robot is doing."
+
+
+@dataclass
+class BenchSettings:
+    workload: str = "libero"
+    modes: tuple[str, ...] = ("sequential", "shared", "oxygen", "parallel")
+    frames: int = 40
+    tokens: int = 30
+    steps_per_frame: int = 1
+    extra_warmup: int = 3
+    seed: int = 0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def warmup_frames(mode: str, s: BenchSettings) -> int:
+    if mode == "oxygen":
+        return math.ceil(s.tokens / s.steps_per_frame) + s.extra_warmup
+    return s.extra_warmup
+
+
+def run_mode(mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises, log=print) -> dict:
+    shape = workload_shape(model, tok, s, len(frames))
+    # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
+    slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, model.cfg.expert.horizon)
+    cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
+                       max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
+                       seed=s.seed)
+    engine = MODES[mode](model, tok, cfg)
+    warm = warmup_frames(mode, s)
+    total = warm + s.frames
+    texts: dict[int, str] = {}
+    order: list[int] = []
+    actions: list[np.ndarray] = []
+    timings, tokens, peak = [], 0, 0
+    t_start = None
+    try:
+        for f in range(total):
+            if f == warm:
+                t_start = time.perf_counter()
+            order.append(engine.submit(LanguageRequest(BENCH_PROMPT, "narration", s.tokens, ignore_eos=True)))
+            res = engine.step(frames[f], noises[f])
+            actions.append(res.actions)
+            for d in res.finished:
+                texts[d.request_id] = d.full_text
+            if f >= warm:
+                timings.append(res.timings_ms)
+                tokens += res.tokens_emitted
+                peak = max(peak, rss_bytes())
+        wall = time.perf_counter() - t_start
+        # drain (unmeasured) so every request can be compared
+        f = total
+        while mode in ("oxygen", "shared") and (engine.live or engine.pending):
+            res = engine.step(frames[f % len(frames)], noises[f % len(noises)])
+            f += 1
+            for d in res.finished:
+                texts[d.request_id] = d.full_text
+    finally:
+        if mode == "parallel":
+            engine.close()
+    horizon = model.cfg.expert.horizon
+    med = {p: statistics.median(t[p] for t in timings) for p in PHASES}
+    totals = [t["total"] for t in timings]
+    kv = getattr(engine, "pool", None)
+    out = {
+        "warmup_frames": warm,
+        "action_hz": horizon * s.frames / wall,
+        "lang_tokens_per_s": tokens / wall,
+        "frame_ms_median": statistics.median(totals),
+        "frame_ms_p95": float(np.percentile(totals, 95)),
+        **{f"{p}_ms": med[p] for p in PHASES},
+        "peak_rss_bytes": peak,
+        "kv_bytes": kv.bytes_total if kv is not None else 0,
+        "kv_fraction_of_weights": (kv.bytes_total if kv is not None else 0) / model.weight_bytes(),
+    }
+    log(f"  {mode:<10} done: {out['action_hz']:.1f} actions/s, {out['lang_tokens_per_s']:.1f} tok/s",
+        file=sys.stderr)
+    return {"metrics": out, "texts": [texts.get(r) for r in order], "actions": actions}
+
+
+def run_bench(model: VLAModel, tok, s: BenchSettings, log=print) -> dict:
+    wl = get_workload(s.workload)
+    frames_needed = max(warmup_frames(m, s) for m in s.modes) + s.frames + 1
+    frames = synthetic_frames(wl, model.cfg.camera_slots, model.cfg.vision.image_size,
+                              frames_needed, s.seed)
+    gen = torch.Generator().manual_seed(s.seed + 1)
+    e = model.cfg.expert
+    noises = [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
+    runs = {}
+    for mode in s.modes:
+        log(f"running {mode} ({warmup_frames(mode, s)} warm-up + {s.frames} frames)...", file=sys.stderr)
+        runs[mode] = run_mode(mode, model, tok, s, frames, noises, log)
+    report = {"settings": vars(s) | {"modes": list(s.modes)}, "model": model.cfg.name,
+              "modes": {m: r["metrics"] for m, r in runs.items()}}
+    base = runs.get("sequential")
+    if base:
+        report["ratios"] = {
+            f"{m}/sequential": {k: runs[m]["metrics"][k] / base["metrics"][k]
+                                for k in ("action_hz", "lang_tokens_per_s")}
+            for m in runs if m != "sequential"}
+    if base and "oxygen" in runs:
+        report["exactness"] = exactness(runs["oxygen"], base)
+    return report
+
+
+def exactness(run: dict, reference: dict) -> dict:
+    pairs = [(a, b) for a, b in zip(run["texts"], reference["texts"]) if a is not None and b is not None]
+    n = min(len(run["actions"]), len(reference["actions"]))
+    diff = max(float(np.abs(run["actions"][i] - reference["actions"][i]).max()) for i in range(n))
+    return {"requests_compared": len(pairs),
+            "text_mismatched_requests": sum(a != b for a, b in pairs),
+            "max_action_abs_diff": diff}
+
+
+def format_table(report: dict) -> str:
+    cols = [("action_hz", "act/s", 8, 1), ("lang_tokens_per_s", "tok/s", 8, 1),
+            ("frame_ms_median", "frame", 8, 1), ("frame_ms_p95", "p95", 8, 1),
+            ("vision_ms", "vision", 7, 1), ("prefill_ms", "prefill", 8, 1),
+            ("action_ms", "action", 8, 1), ("admit_ms", "admit", 7, 1),
+            ("decode_ms", "decode", 8, 1), ("kv_bytes", "KV MiB", 7, 1)]
+    lines = ["mode        " + "".join(f"{h:>{w}}" for _, h, w, _ in cols) + "  warm-up"]
+    for mode, m in report["modes"].items():
+        row = f"{mode:<12}"
+        for key, _, w, prec in cols:
+            v = m[key] / 2**20 if key == "kv_bytes" else m[key]
+            row += f"{v:>{w}.{prec}f}"
+        lines.append(row + f"  {m['warmup_frames']:>7}")
+    lines.append("(times in ms: median per frame; phases of the measured frames)")
+    for name, r in report.get("ratios", {}).items():
+        lines.append(f"{name:<20} action_hz x{r['action_hz']:.2f}   lang_tokens_per_s x{r['lang_tokens_per_s']:.2f}")
+    if "exactness" in report:
+        e = report["exactness"]
+        lines.append(f"exactness (oxygen vs sequential): {e['requests_compared']} requests compared, "
+                     f"{e['text_mismatched_requests']} text mismatches, "
+                     f"max action |diff| {e['max_action_abs_diff']:.2e}")
+    return "\n".join(lines)
+
+
+# -- roofline --------------------------------------------------------------------------
+def workload_shape(model: VLAModel, tok, s: BenchSettings, frames: int = 64) -> dict:
+    """Token counts of the workload: the longest prefix over its first frames (the state
+    text varies per frame) and the request prompt."""
+    from ..observation import prefix_text
+    wl = get_workload(s.workload)
+    cams = min(wl.cameras, len(model.cfg.camera_slots))
+    text = max(len(tok.encode(prefix_text(f.instruction, f.state), add_bos=True))
+               for f in synthetic_frames(wl, model.cfg.camera_slots, 8, frames, s.seed))
+    return {"cameras": cams, "prefix_len": cams * model.cfg.vision.tokens_per_image + text,
+            "prompt_len": len(tok.encode(BENCH_PROMPT))}
+
+
+def roofline_phases(costs, shape: dict, mode: str, s: BenchSettings, seconds) -> dict[str, float]:
+    """ms per phase for one steady-state frame of `mode` (one request per frame).
+    costs: FrameCosts (with seconds = its roofline time) or KernelFloor (seconds = identity)."""
+    lp, tp, n, k = shape["prefix_len"], shape["prompt_len"], s.tokens, s.steps_per_frame
+    copies = 2 if mode == "sequential" else 1       # isolated execution prefills twice
+    ctx0 = lp + tp
+    if mode in ("sequential", "shared"):
+        decode = sum(seconds(costs.decode_step([ctx0 + j])) for j in range(n - 1))
+    elif mode == "oxygen":
+        batch = max(1, math.ceil((n - 1) / k))
+        steps = min(k, n - 1)
+        decode = steps * seconds(costs.decode_step([ctx0 + (n - 1) // 2] * batch))
+    else:   # parallel: language runs beside the frame on another worker
+        decode, copies = 0.0, 1
+    admit = seconds(costs.admit(lp, tp)) if mode != "parallel" else 0.0
+    return {"vision": copies * seconds(costs.vision(shape["cameras"])) * 1e3,
+            "prefill": copies * seconds(costs.prefill(lp)) * 1e3,
+            "action": seconds(costs.action(lp)) * 1e3,
+            "admit": admit * 1e3, "decode": decode * 1e3}
+
+
+def add_roofline(report: dict, model: VLAModel, tok, s: BenchSettings, log=print) -> None:
+    from .roofline import FrameCosts, KernelFloor, measure_peaks
+    log("measuring this machine's peaks and the kernel floor...", file=sys.stderr)
+    shape = workload_shape(model, tok, s)
+    batch1_ctx = [shape["prefix_len"] + shape["prompt_len"] + s.tokens // 2]
+    floor, costs = KernelFloor(model), FrameCosts(model)
+    # the floor first: its passes may raise the peaks the roofline is computed from
+    floors = {mode: roofline_phases(floor, shape, mode, s, lambda t: t) for mode in report["modes"]}
+    floor_batch1 = floor.decode_step(batch1_ctx) * 1e3
+    peaks = floor.raise_peaks(measure_peaks())
+    out = {"peak_gflops": peaks.gflops, "peak_gbps": peaks.gbps, **shape, "modes": {}}
+    for mode, m in report["modes"].items():
+        roof, kern = roofline_phases(costs, shape, mode, s, lambda c: c.seconds(peaks)), floors[mode]
+        phases = {p: {"measured_ms": m[f"{p}_ms"], "roofline_ms": roof[p], "floor_ms": kern[p],
+                      "ratio": m[f"{p}_ms"] / roof[p] if roof[p] else None} for p in PHASES}
+        total_roof, total_floor = sum(roof.values()), sum(kern.values())
+        out["modes"][mode] = {"phases": phases, "frame_ms": m["frame_ms_median"],
+                              "frame_roofline_ms": total_roof, "frame_floor_ms": total_floor,
+                              "frame_ratio": m["frame_ms_median"] / total_roof,
+                              "floor_ratio": total_floor / total_roof}
+    if "shared" in report["modes"] and s.tokens > 1:
+        step = report["modes"]["shared"]["decode_ms"] / (s.tokens - 1)
+        roof = costs.decode_step(batch1_ctx).bytes / (peaks.gbps * 1e9) * 1e3
+        out["decode_step_batch1"] = {"measured_ms": step, "bandwidth_roofline_ms": roof, "ratio": step / roof,
+                                     "floor_ms": floor_batch1}
+    report["roofline"] = out
+
+
+def format_roofline(r: dict) -> str:
+    lines = [f"roofline: peaks {r['peak_gflops']:.1f} GFLOP/s fp32 matmul, {r['peak_gbps']:.1f} GB/s weight streaming"
+             f" (best of dedicated runs and kernel-floor passes); prefix {r['prefix_len']} tokens,"
+             f" prompt {r['prompt_len']}",
+             "mode        " + "".join(f"{p:>16}" for p in PHASES) + "           frame",
+             "            " + "".join(f"{'meas/roof':>16}" for _ in PHASES) + "       meas/roof"]
+    for mode, m in r["modes"].items():
+        row = f"{mode:<12}"
+        for p in PHASES:
+            ph = m["phases"][p]
+            row += f"{ph['measured_ms']:>7.1f}/{ph['roofline_ms']:<7.1f}" + " "
+        row += f"{m['frame_ms']:>8.1f}/{m['frame_roofline_ms']:.1f} (x{m['frame_ratio']:.2f})"
+        lines.append(row)
+    lines.append("kernel floor (the phases' matrix products alone, back to back, same kernels), ms:")
+    for mode, m in r["modes"].items():
+        lines.append(f"{mode:<12}" + "".join(f"{m['phases'][p]['floor_ms']:>16.1f}" for p in PHASES)
+                     + f"{m['frame_floor_ms']:>9.1f} (x{m['floor_ratio']:.2f} of roofline)")
+    if "decode_step_batch1" in r:
+        d = r["decode_step_batch1"]
+        lines.append(f"decode step at batch 1: {d['measured_ms']:.2f} ms vs bandwidth roofline "
+                     f"{d['bandwidth_roofline_ms']:.2f} ms (x{d['ratio']:.2f}); its products alone "
+                     f"{d['floor_ms']:.2f} ms (x{d['floor_ms'] / d['bandwidth_roofline_ms']:.2f})")
+    return "\n".join(lines)
+
+
+# -- sweep -------------------------------------------------------------------------------
+SWEEP_GRID = {"tokens": (5, 10, 20, 30), "steps_per_frame": (1, 5, 10, 30), "denoise_steps": (5, 10, 20)}
+
+
+def run_sweep(model: VLAModel, tok, s: BenchSettings, grid=SWEEP_GRID, log=print) -> dict:
+    """oxygen vs sequential over the grid; the ideal ratio is implied by measured phase costs:
+    sequential's frame time over the sum of oxygen's phase medians (what oxygen would reach
+    if the scheduler, cache management and Python around the model cost nothing)."""
+    points = []
+    original = model.cfg.expert.denoise_steps
+    try:
+        for denoise in grid["denoise_steps"]:
+            model.set_action_schedule(denoise_steps=denoise)
+            for tokens in grid["tokens"]:
+                for k in grid["steps_per_frame"]:
+                    if k > tokens:
+                        continue
+                    ps = BenchSettings(workload=s.workload, modes=("sequential", "oxygen"), frames=s.frames,
+                                       tokens=tokens, steps_per_frame=k, extra_warmup=s.extra_warmup, seed=s.seed)
+                    rep = run_bench(model, tok, ps, log=lambda *a, **kw: None)
+                    seq, ox = rep["modes"]["sequential"], rep["modes"]["oxygen"]
+                    phase_sum = sum(ox[f"{p}_ms"] for p in PHASES)
+                    ideal = seq["frame_ms_median"] / phase_sum
+                    measured = seq["frame_ms_median"] / ox["frame_ms_median"]
+                    point = {"tokens": tokens, "steps_per_frame": k, "denoise_steps": denoise,
+                             "ratio_action_hz": rep["ratios"]["oxygen/sequential"]["action_hz"],
+                             "ratio_lang_tokens_per_s": rep["ratios"]["oxygen/sequential"]["lang_tokens_per_s"],
+                             "ratio_frame_median": measured, "ideal_ratio": ideal,
+                             "fraction_of_ideal": measured / ideal, **rep["exactness"]}
+                    points.append(point)
+                    log(f"  tokens {tokens:>2} k {k:>2} denoise {denoise:>2}: oxygen/sequential x{measured:.2f} "
+                        f"(ideal x{ideal:.2f}, {100 * measured / ideal:.0f}%), "
+                        f"{point['text_mismatched_requests']} mismatches", file=sys.stderr)
+    finally:
+        model.set_action_schedule(denoise_steps=original)
+    return {"model": model.cfg.name, "workload": s.workload, "frames": s.frames, "points": points}
+
+
+def plot_sweep(sweep: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pts = sweep["points"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5), gridspec_kw={"width_ratios": [3, 1]})
+    x = range(len(pts))
+    ax1.plot(x, [p["ideal_ratio"] for p in pts], "o-", label="ideal (from measured phase costs)")
+    ax1.plot(x, [p["ratio_frame_median"] for p in pts], "s-", label="measured")
+    ax1.set_xticks(list(x))
+    ax1.set_xticklabels([f"{p['tokens']}/{p['steps_per_frame']}/{p['denoise_steps']}" for p in pts],
+                        rotation=90, fontsize=7)
+    ax1.set_xlabel("tokens per request / decode steps per frame k / denoise steps")
+    ax1.set_ylabel("oxygen / sequential (frame rate)")
+    ax1.set_title(f"{sweep['model']} on {sweep['workload']}: speed-up over isolated execution")
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    frac = [100 * p["fraction_of_ideal"] for p in pts]
+    ax2.hist(frac, bins=10, color="tab:green")
+    ax2.axvline(90, color="red", linestyle="--", label="90% target")
+    ax2.set_xlabel("measured / ideal (%)")
+    ax2.set_title("fraction of the ideal ratio")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,109 @@
+"""pi0.5's action expert: per-layer weights joining the backbone's attention, flow matching.
+
+Each expert layer i computes Q/K/V from the action tokens with its own weights, writes
+its K/V just past the prefix in the frame's staging slot, and attends over
+[prefix K/V of backbone layer i, its own K/V] as one contiguous view of the pool.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..config import DecoderConfig, ExpertConfig
+from .decoder import Attention, CacheView
+from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize, norm_terms
+from ..transfer import to_device
+
+NORM_EPS = 1e-6
+
+
+class ExpertLayer(nn.Module):
+    def __init__(self, cfg: ExpertConfig, bb: DecoderConfig):
+        super().__init__()
+        self.input_layernorm = AdaRMSNorm(cfg.width, cfg.width, NORM_EPS)
+        self.self_attn = Attention(cfg.width, bb.num_heads, bb.num_kv_heads, bb.head_dim)
+        self.post_attention_layernorm = AdaRMSNorm(cfg.width, cfg.width, NORM_EPS)
+        self.mlp = GatedMLP(cfg.width, cfg.mlp_dim, "gelu_tanh")
+
+    def modulations(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cond [N, W] (one row per denoise step) -> the norms' float32 terms [N, 4, W]
+        (1 + scale, shift of the attention norm, then of the MLP norm) and the residual
+        gates [N, 2, W]."""
+        scale1, shift1, gate1 = self.input_layernorm.dense(cond).unflatten(-1, (3, -1)).unbind(1)
+        scale2, shift2, gate2 = self.post_attention_layernorm.dense(cond).unflatten(-1, (3, -1)).unbind(1)
+        norms = torch.cat([norm_terms(scale1, shift1), norm_terms(scale2, shift2)], dim=1)
+        return norms, torch.stack([gate1, gate2], dim=1)
+
+    def forward(self, x, norms, gates, rope, cache: CacheView):
+        y = ada_rms_normalize(x, norms[0], norms[1], self.input_layernorm.eps)
+        h = torch.addcmul(x, self.self_attn(y, rope, cache, None), gates[0])
+        y = ada_rms_normalize(h, norms[2], norms[3], self.post_attention_layernorm.eps)
+        return torch.addcmul(h, self.mlp(y), gates[1])
+
+
+class FinalAdaNorm(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.dense = nn.Linear(width, 3 * width)
+
+    def modulations(self, cond: torch.Tensor) -> torch.Tensor:
+        """cond [N, W] -> float32 [N, 2, W]: 1 + scale and shift (the gate is unused)."""
+        scale, shift, _ = self.dense(cond).unflatten(-1, (3, -1)).unbind(1)
+        return norm_terms(scale, shift)
+
+    def forward(self, x, terms):
+        return ada_rms_normalize(x, terms[0], terms[1], NORM_EPS)
+
+
+def time_embedding(t: float, width: int, dtype=torch.float32) -> torch.Tensor:
+    """Sinusoidal embedding of the flow time (periods from 4e-3 to 4.0), computed in float64."""
+    fraction = torch.linspace(0.0, 1.0, width // 2, dtype=torch.float64)
+    period = 4e-3 * (4.0 / 4e-3) ** fraction
+    angle = 2 * math.pi * torch.tensor(t, dtype=torch.float64) / period
+    return torch.cat([angle.sin(), angle.cos()]).to(dtype)
+
+
+class ActionExpert(nn.Module):
+    def __init__(self, cfg: ExpertConfig, bb: DecoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(ExpertLayer(cfg, bb) for _ in range(bb.depth))
+        self.norm = FinalAdaNorm(cfg.width)
+        self.action_in_proj = nn.Linear(cfg.action_dim, cfg.width)
+        self.action_out_proj = nn.Linear(cfg.width, cfg.action_dim)
+        self.time_mlp_in = nn.Linear(cfg.width, cfg.width)
+        self.time_mlp_out = nn.Linear(cfg.width, cfg.width)
+
+    def condition(self, ts: list[float]) -> torch.Tensor:
+        """The time conditioning of every denoise step at once: [N, W]."""
+        w = self.time_mlp_in.weight
+        emb = to_device(torch.stack([time_embedding(t, self.cfg.width) for t in ts]), w.device, w.dtype)
+        return nn.functional.silu(self.time_mlp_out(nn.functional.silu(self.time_mlp_in(emb))))
+
+    def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
+               steps: int) -> torch.Tensor:
+        """Euler-integrate the flow from noise at t=1 to t=0 (t_k = float32(1 + k*dt)).
+
+        The adaptive norms depend on t only, so their scale/shift/gate for all steps are
+        computed up front in one matmul per layer: the modulation weights are read once
+        per chunk instead of once per step.
+        """
+        horizon = noise.shape[1]
+        positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
+        rope = rope_tables.tables(positions[None], noise.dtype)
+        dt = -1.0 / steps
+        ts = [float(torch.tensor(1.0 + k * dt, dtype=torch.float32)) for k in range(steps)]
+        cond = self.condition(ts)
+        layer_mods = [layer.modulations(cond) for layer in self.layers]
+        final_mods = self.norm.modulations(cond)
+        caches = [CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), prefix_len, prefix_len + horizon)
+                  for i in range(len(self.layers))]
+        x = noise
+        for k in range(steps):
+            h = self.action_in_proj(x)
+            for layer, (norms, gates), cache in zip(self.layers, layer_mods, caches):
+                h = layer(h, norms[k], gates[k], rope, cache)
+            x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
+        return x

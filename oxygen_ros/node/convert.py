@@ -1,0 +1,186 @@
+"""Every ROS message <-> engine value conversion of the node, both directions.
+
+In: sensor_msgs/Image and sensor_msgs/JointState -> numpy. Out: action chunks ->
+trajectory_msgs/JointTrajectory, frame results -> oxygen_msgs/FrameTiming, text deltas ->
+oxygen_msgs/TextChunk. Message classes are imported inside the functions, so the inputs'
+numpy helpers load without the message packages.
+
+Images without cv_bridge: an image is viewed through its `step` (row stride, padding allowed),
+channels reordered to RGB, 16-bit encodings byte-swapped per `is_bigendian` and
+scaled to 8 bits. Joint states are matched to the configured joint names by name, in
+any order. Every rejection raises `InputError` with a message that names the problem.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.requests import TextDelta
+
+# encoding -> (channels, bytes per channel, channel order that gives RGB; None = mono)
+ENCODINGS = {
+    "rgb8": (3, 1, (0, 1, 2)),
+    "bgr8": (3, 1, (2, 1, 0)),
+    "rgba8": (4, 1, (0, 1, 2)),
+    "bgra8": (4, 1, (2, 1, 0)),
+    "mono8": (1, 1, None),
+    "rgb16": (3, 2, (0, 1, 2)),
+    "bgr16": (3, 2, (2, 1, 0)),
+    "rgba16": (4, 2, (0, 1, 2)),
+    "bgra16": (4, 2, (2, 1, 0)),
+    "mono16": (1, 2, None),
+}
+
+
+class InputError(ValueError):
+    """A sensor message the node cannot use; the message says why."""
+
+
+def image_to_rgb(msg) -> np.ndarray:
+    """sensor_msgs/Image -> HxWx3 uint8 RGB (a fresh array; the message buffer may be reused)."""
+    enc = msg.encoding.lower()
+    if enc not in ENCODINGS:
+        raise InputError(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
+    channels, depth, order = ENCODINGS[enc]
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    if h == 0 or w == 0:
+        raise InputError(f"empty image ({w}x{h})")
+    row = w * channels * depth
+    if step < row:
+        raise InputError(f"image step {step} is smaller than width*channels*bytes = {row} ({enc}, {w}x{h})")
+    size = len(msg.data)
+    if size != step * h:
+        raise InputError(f"image data has {size} bytes, expected step*height = {step}*{h} = {step * h}")
+    rows = np.frombuffer(msg.data, dtype=np.uint8, count=step * h).reshape(h, step)[:, :row]
+    if depth == 1:
+        pixels = rows.reshape(h, w, channels)
+    else:
+        dtype = np.dtype(">u2" if msg.is_bigendian else "<u2")
+        pixels = (np.ascontiguousarray(rows).view(dtype).reshape(h, w, channels) >> 8).astype(np.uint8)
+    if order is None:
+        return np.repeat(pixels, 3, axis=2)
+    return np.ascontiguousarray(pixels[:, :, list(order)])
+
+
+def rgb_to_image(rgb: np.ndarray, encoding: str = "rgb8", msg=None, padding: int = 0):
+    """HxWx3 uint8 RGB -> sensor_msgs/Image in `encoding` (8-bit encodings), rows padded
+    by `padding` bytes. The inverse of `image_to_rgb`; used by test drivers and simulators."""
+    from sensor_msgs.msg import Image
+
+    enc = encoding.lower()
+    if enc not in ENCODINGS or ENCODINGS[enc][1] != 1:
+        raise InputError(f"rgb_to_image writes 8-bit encodings only, got {encoding!r}")
+    rgb = np.asarray(rgb, dtype=np.uint8)
+    channels, _, order = ENCODINGS[enc]
+    if order is None:
+        pixels = rgb.mean(axis=2, keepdims=True).round().astype(np.uint8)
+    else:
+        pixels = np.empty(rgb.shape[:2] + (channels,), np.uint8)
+        pixels[:, :, list(order)] = rgb
+        if channels == 4:
+            pixels[:, :, 3] = 255
+    h, w = rgb.shape[:2]
+    step = w * channels + padding
+    buf = np.zeros((h, step), np.uint8)
+    buf[:, : w * channels] = pixels.reshape(h, -1)
+    msg = msg or Image()
+    msg.height, msg.width, msg.encoding, msg.step = h, w, enc, step
+    msg.is_bigendian = 0
+    msg.data = buf.tobytes()
+    return msg
+
+
+def joint_positions(msg, names: list[str]) -> np.ndarray:
+    """sensor_msgs/JointState -> positions of `names`, in that order (float64).
+
+    Joints are matched by name; extra joints in the message are ignored. Missing joints,
+    a name/position length mismatch, duplicate names and NaN/inf positions are errors.
+    """
+    got = list(msg.name)
+    pos = np.asarray(msg.position, dtype=np.float64)
+    if len(got) != len(pos):
+        raise InputError(f"joint state has {len(got)} names but {len(pos)} positions")
+    index = {}
+    for i, n in enumerate(got):
+        if n in index:
+            raise InputError(f"joint state names joint {n!r} twice")
+        index[n] = i
+    missing = [n for n in names if n not in index]
+    if missing:
+        raise InputError(f"joint state is missing joint(s) {missing} (has {got})")
+    out = pos[[index[n] for n in names]]
+    bad = [n for n, v in zip(names, out) if not np.isfinite(v)]
+    if bad:
+        raise InputError(f"joint state has non-finite position(s) for {bad}")
+    return out
+
+
+def trajectory_msg(joint_names, positions, dt: float, stamp):
+    """An action chunk ([H, joints] positions in robot units) as a JointTrajectory whose
+    point i is due at (i + 1) * dt after `stamp`."""
+    from builtin_interfaces.msg import Duration
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    msg = JointTrajectory()
+    msg.header.stamp = stamp
+    msg.joint_names = list(joint_names)
+    for i, row in enumerate(positions):
+        t = (i + 1) * dt
+        sec = int(t)
+        msg.points.append(JointTrajectoryPoint(
+            positions=[float(x) for x in row],
+            time_from_start=Duration(sec=sec, nanosec=int(round((t - sec) * 1e9)))))
+    return msg
+
+
+def frame_timing_msg(result, obs_stamp_ns: int, period_s: float):
+    """A FrameResult as an oxygen_msgs/FrameTiming (unstamped: the caller stamps it when
+    it publishes). Vision time counts as prefill, as the message documents."""
+    from builtin_interfaces.msg import Time
+    from oxygen_msgs.msg import FrameTiming
+
+    ms = result.timings_ms
+    period_ms = period_s * 1e3
+    return FrameTiming(
+        frame_index=result.frame_index,
+        observation_stamp=Time(sec=obs_stamp_ns // 1_000_000_000, nanosec=obs_stamp_ns % 1_000_000_000),
+        prefill_ms=ms.get("vision", 0.0) + ms["prefill"], action_ms=ms["action"],
+        admit_ms=ms["admit"], decode_ms=ms["decode"], total_ms=ms["total"],
+        decode_steps=result.decode_steps, live_requests=result.live_requests,
+        queued_requests=result.queued_requests, tokens_emitted=result.tokens_emitted,
+        period_ms=period_ms, deadline_missed=ms["total"] > period_ms,
+        kv_bytes_in_use=result.kv_bytes_in_use)
+
+
+def merge_deltas(deltas: list[TextDelta]) -> list[TextDelta]:
+    """Join a frame's deltas per request (a request yields one delta per decoded token),
+    keeping the order in which requests first appear. The joined deltas of a request,
+    concatenated over frames, equal its full text."""
+    merged: dict[int, TextDelta] = {}
+    for d in deltas:
+        m = merged.get(d.request_id)
+        if m is None:
+            merged[d.request_id] = TextDelta(d.request_id, d.stream, d.start_frame, d.delta,
+                                             d.token_count, d.done, d.full_text, d.error)
+            continue
+        m.delta += d.delta
+        m.token_count = d.token_count
+        m.done = m.done or d.done
+        m.full_text = d.full_text or m.full_text
+        m.error = d.error or m.error
+    return list(merged.values())
+
+
+def text_chunk_msg(d: TextDelta, stamp):
+    """A merged delta as an oxygen_msgs/TextChunk stamped `stamp`."""
+    from oxygen_msgs.msg import TextChunk
+
+    msg = TextChunk()
+    msg.header.stamp = stamp
+    msg.stream = d.stream
+    msg.request_id = max(0, int(d.request_id))
+    msg.start_frame = max(0, int(d.start_frame))
+    msg.delta = d.delta
+    msg.token_count = int(d.token_count)
+    msg.done = bool(d.done)
+    msg.full_text = d.full_text if d.done else ""
+    return msg

@@ -1,0 +1,515 @@
+"""oxygen_node: the OxyGen engine as a ROS 2 lifecycle node.
+
+    ros2 run oxygen_ros oxygen_node --ros-args --params-file config/tiny.yaml
+    .venv/bin/oxygen_node --ros-args --params-file config/tiny.yaml      (no ros2cli)
+
+Lifecycle (ros2/demos lifecycle_py semantics):
+  configure   read parameters, load the model, allocate the KV pool (the engine),
+              create publishers, subscriptions and the diagnostics timer
+  activate    start the control loop (a dedicated inference thread)
+  deactivate  stop the loop; lifecycle publishers stop publishing
+  cleanup     free the model, the pool and every ROS entity made by configure
+  shutdown    from any state: stop, free, finalize
+A failed configure logs why and returns FAILURE: the node stays unconfigured and can be
+configured again (fix parameters with SetParameters in between).
+
+The control loop runs in its own thread at control_rate_hz: the executor's threads stay
+free for sensor callbacks, the ask_progress service and diagnostics while a frame
+computes, and a frame that overruns skips the ticks it overlapped (no catch-up burst).
+"""
+from __future__ import annotations
+
+import gc
+import re
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from oxygen_msgs.msg import FrameTiming, TextChunk
+from oxygen_msgs.srv import AskProgress
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from sensor_msgs.msg import Image, JointState
+from trajectory_msgs.msg import JointTrajectory
+
+from ..engine.observation import Observation, ObservationError
+from ..engine.requests import LanguageRequest, RequestRejected
+from . import diagnostics, qos
+from . import params as node_params
+from .convert import (InputError, frame_timing_msg, image_to_rgb, joint_positions, merge_deltas,
+                      text_chunk_msg, trajectory_msg)
+from .input_monitor import InputMonitor
+from .joint_space import JointSpace
+from .loop_stats import LoopStats
+from .memory_log import MemoryLog, PromptTooLong
+from .questions import QuestionBoard, QuestionRejected
+from .tick_clock import TickClock
+
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+LOG_THROTTLE_S = 2.0
+
+
+@dataclass
+class _Runtime:
+    """Everything on_configure creates and on_cleanup frees."""
+    p: dict
+    joints: JointSpace
+    model: object
+    tok: object
+    engine: object
+    period_s: float
+    cameras: dict                      # input name (resolved topic) -> model camera slot
+    joint_input: str
+    monitor: InputMonitor
+    stats: LoopStats
+    memory: MemoryLog
+    board: QuestionBoard
+    pubs: dict = field(default_factory=dict)
+    subs: list = field(default_factory=list)
+    timer: object = None
+    diag_pub: object = None
+    stream_live: dict = field(default_factory=lambda: {"narration": None, "memory": None})
+    skipped_requests: dict = field(default_factory=lambda: {"narration": 0, "memory": 0})
+
+
+class OxygenNode(LifecycleNode):
+    def __init__(self, **kwargs):
+        super().__init__("oxygen_node", **kwargs)
+        self._param_problems = {}
+        for problem in node_params.declare_parameters(self):
+            name = problem.split(":")[0].removeprefix("parameter ")
+            self._param_problems[name] = problem
+            self.get_logger().error(f"{problem} (the default is kept; configure will fail)")
+        self.add_on_set_parameters_callback(self._check_parameters)
+        self._sensor_group = ReentrantCallbackGroup()
+        self._service_group = ReentrantCallbackGroup()
+        self._diag_group = MutuallyExclusiveCallbackGroup()
+        self._loggers = {}
+        self._state = "unconfigured"
+        self._rt: _Runtime | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.create_service(AskProgress, "~/ask_progress", self._on_ask,
+                            callback_group=self._service_group)
+        # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
+        self.context.on_shutdown(self._stop.set)
+
+    @property
+    def executor_threads(self) -> int:
+        # sensor callbacks, transitions, diagnostics, plus one per waiting question
+        return 4 + self.get_parameter("max_concurrent_questions").value
+
+    def _log(self, key: str):
+        """A child logger per input/topic, so throttling one problem never hides another."""
+        if key not in self._loggers:
+            self._loggers[key] = self.get_logger().get_child(re.sub(r"\W+", "_", key).strip("_") or "x")
+        return self._loggers[key]
+
+    # -- parameters ----------------------------------------------------------------------
+    def _check_parameters(self, params) -> SetParametersResult:
+        frozen = [p.name for p in params
+                  if p.name in node_params.SPEC and node_params.SPEC[p.name].when == "configure"]
+        if frozen and self._rt is not None:
+            return SetParametersResult(
+                successful=False,
+                reason=f"{', '.join(frozen)} apply at configure: cleanup the node, set, configure again")
+        for p in params:
+            self._param_problems.pop(p.name, None)
+        return SetParametersResult(successful=True)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def on_configure(self, state) -> TransitionCallbackReturn:
+        t0 = time.monotonic()
+        try:
+            if self._param_problems:
+                raise ValueError("; ".join(self._param_problems.values()))
+            self._rt = self._configure()
+        except Exception as e:  # noqa: BLE001 - every failure becomes a FAILURE with its reason
+            self.get_logger().error(f"configure failed: {type(e).__name__}: {e}")
+            self._release()
+            return FAILURE
+        rt = self._rt
+        self._state = "inactive"
+        self.get_logger().info(
+            f"configured in {time.monotonic() - t0:.1f} s: model {rt.p['model']}, KV pool "
+            f"{rt.engine.pool.bytes_total / 2**20:.1f} MiB, {len(rt.cameras)} camera(s) -> "
+            f"{list(rt.cameras.values())}, {len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz")
+        return super().on_configure(state)
+
+    def _configure(self) -> _Runtime:
+        from .params import build_engine
+
+        p = node_params.read(self)
+        joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
+        topics = p["camera_topics"]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"camera_topics has duplicates: {topics}")
+        model, tok, engine = build_engine(p)
+        cfg = model.cfg
+        if len(topics) > len(cfg.camera_slots):
+            raise ValueError(f"{len(topics)} camera_topics but model {cfg.name} has "
+                             f"{len(cfg.camera_slots)} camera slots {list(cfg.camera_slots)}")
+        if len(joints.names) > cfg.expert.action_dim:
+            raise ValueError(f"{len(joints.names)} joints but the model's actions have "
+                             f"{cfg.expert.action_dim} dimensions")
+        resolve = lambda t: self.resolve_topic_name(t)  # noqa: E731
+        cameras = {resolve(t): slot for t, slot in zip(topics, cfg.camera_slots)}
+        joint_input = resolve(p["joint_state_topic"])
+        rt = _Runtime(p=p, joints=joints, model=model, tok=tok, engine=engine,
+                      period_s=1.0 / p["control_rate_hz"], cameras=cameras, joint_input=joint_input,
+                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
+                                           p["input_problem_hold_s"]),
+                      stats=LoopStats(), memory=MemoryLog(p["memory_log_size"]),
+                      board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
+        self._rt = rt   # so that _release frees what was created if a later step fails
+        memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
+        rt.pubs = {
+            "trajectory": self.create_lifecycle_publisher(JointTrajectory, p["trajectory_topic"], qos.CONTROL),
+            "timing": self.create_lifecycle_publisher(FrameTiming, p["frame_timing_topic"], qos.CONTROL),
+            "narration": self.create_lifecycle_publisher(TextChunk, p["narration_topic"], qos.TEXT),
+            "memory": self.create_lifecycle_publisher(TextChunk, p["memory_topic"], memory_qos),
+            "answer": self.create_lifecycle_publisher(TextChunk, p["answer_topic"], qos.TEXT),
+        }
+        for name in cameras:
+            rt.subs.append(self.create_subscription(
+                Image, name, lambda msg, n=name: self._on_image(n, msg), qos.SENSOR,
+                callback_group=self._sensor_group))
+        rt.subs.append(self.create_subscription(
+            JointState, joint_input, self._on_joint_state, qos.SENSOR,
+            callback_group=self._sensor_group))
+        # /diagnostics reports the lifecycle state too, so it is a plain publisher.
+        rt.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.CONTROL)
+        # on the steady clock: diagnostics keep coming when sim time stalls or jumps
+        rt.timer = self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics,
+                                     callback_group=self._diag_group,
+                                     clock=Clock(clock_type=ClockType.STEADY_TIME))
+        return rt
+
+    def on_activate(self, state) -> TransitionCallbackReturn:
+        ret = super().on_activate(state)     # enables the lifecycle publishers
+        self._stop.clear()
+        self._state = "active"
+        self._thread = threading.Thread(target=self._loop, args=(self._rt,), name="oxygen_control",
+                                        daemon=True)
+        self._thread.start()
+        self.get_logger().info(f"active: control loop at {1 / self._rt.period_s:g} Hz")
+        return ret
+
+    def on_deactivate(self, state) -> TransitionCallbackReturn:
+        self._state = "inactive"
+        self._stop_loop()
+        self._rt.board.fail_all("the node was deactivated before the answer was complete")
+        self.get_logger().info("inactive: control loop stopped")
+        return super().on_deactivate(state)  # disables the lifecycle publishers
+
+    def on_cleanup(self, state) -> TransitionCallbackReturn:
+        self._release()
+        self._state = "unconfigured"
+        self.get_logger().info("cleaned up: model and KV pool freed")
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state) -> TransitionCallbackReturn:
+        self.close()
+        self._state = "finalized"
+        self.get_logger().info(f"shut down (from {state.label})")
+        return SUCCESS
+
+    def on_error(self, state) -> TransitionCallbackReturn:
+        self.get_logger().error(f"error in a transition from {state.label}; freeing everything")
+        self.close()
+        self._state = "unconfigured"
+        return SUCCESS
+
+    def close(self) -> None:
+        """Stop the loop, fail waiting questions, free the model and entities (idempotent)."""
+        self._stop_loop()
+        if self._rt is not None:
+            self._rt.board.fail_all("the node is shutting down")
+        self._release()
+
+    def autostart(self) -> None:
+        self.trigger_configure()
+        if self._state == "inactive":
+            self.trigger_activate()
+
+    def _stop_loop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30.0)
+            if thread.is_alive():
+                self.get_logger().error("the control loop did not stop within 30 s")
+
+    def _release(self) -> None:
+        rt, self._rt = self._rt, None
+        if rt is None:
+            return
+        if rt.timer is not None:
+            self.destroy_timer(rt.timer)
+        for sub in rt.subs:
+            self.destroy_subscription(sub)
+        for pub in rt.pubs.values():
+            self.destroy_lifecycle_publisher(pub)
+        if rt.diag_pub is not None:
+            self.destroy_publisher(rt.diag_pub)
+        device = getattr(rt.model, "device", None)
+        del rt
+        gc.collect()
+        if device is not None and device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+    # -- inputs --------------------------------------------------------------------------
+    def _arrival(self, stamp) -> tuple[int, float]:
+        """(header stamp ns, transport latency s) measured now on the node's clock."""
+        stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
+        if stamp_ns == 0:
+            return 0, 0.0
+        return stamp_ns, (self.get_clock().now().nanoseconds - stamp_ns) / 1e9
+
+    def _on_image(self, name: str, msg: Image) -> None:
+        rt = self._rt
+        if rt is None:
+            return
+        try:
+            rgb = image_to_rgb(msg)
+        except InputError as e:
+            rt.monitor.reject(name, str(e))
+            self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        rt.monitor.accept(name, rgb, *self._arrival(msg.header.stamp))
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        rt = self._rt
+        if rt is None:
+            return
+        name = rt.joint_input
+        try:
+            state = rt.joints.normalise(joint_positions(msg, list(rt.joints.names)))
+        except InputError as e:
+            rt.monitor.reject(name, str(e))
+            self._log(name).warning(f"{name}: joint state rejected: {e}",
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        rt.monitor.accept(name, state, *self._arrival(msg.header.stamp))
+
+    # -- the control loop ------------------------------------------------------------------
+    def _loop(self, rt: _Runtime) -> None:
+        clock = TickClock(rt.period_s)
+        while clock.wait(self._stop):
+            try:
+                self._tick(rt)
+            except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
+                if self._stop.is_set() or not self.context.ok():   # shutting down (Ctrl-C)
+                    break
+                rt.stats.no_chunk(f"frame failed: {type(e).__name__}: {e}", error=True)
+                self._log("control_loop").error(
+                    f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
+                    throttle_duration_sec=LOG_THROTTLE_S)
+            skipped = clock.advance()
+            if skipped:
+                rt.stats.skipped(skipped)
+                self._log("deadline").warning(
+                    f"frame overran the {rt.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
+                    f"({rt.stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _tick(self, rt: _Runtime) -> None:
+        now = self.get_clock().now()
+        back = rt.monitor.note_ros_time(now.nanoseconds)
+        if back:
+            self._log("clock").warning(
+                f"ROS time jumped back by {back:.3f} s; observation ages use the monotonic clock",
+                throttle_duration_sec=LOG_THROTTLE_S)
+        live = node_params.read(self, node_params.LIVE)
+        rt.monitor.max_age_s = live["max_observation_age_s"]
+        snap = rt.monitor.snapshot()
+        if not snap.usable:
+            reason = "; ".join(snap.problems) or "inputs not usable"
+            rt.stats.no_chunk(reason)
+            self._log("inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        self._submit_requests(rt, live)
+        obs = Observation(images={slot: snap.values[name] for name, slot in rt.cameras.items()},
+                          state=snap.values[rt.joint_input], instruction=live["instruction"],
+                          stamp=snap.stamp_ns / 1e9)
+        try:
+            result = rt.engine.step(obs)
+        except (ObservationError, ValueError) as e:
+            rt.stats.no_chunk(f"observation rejected by the model: {e}", error=True)
+            self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
+                                           throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        self._publish(rt, result, now, snap.stamp_ns, live)
+
+    def _submit_requests(self, rt: _Runtime, live: dict) -> None:
+        engine = rt.engine
+        cap = engine.config.max_new_tokens
+        for q in rt.board.take():          # questions first: they have a caller waiting
+            try:
+                rt.board.submitted(q, engine.submit(LanguageRequest(q.prompt, "answer", q.max_new_tokens)))
+            except RequestRejected as e:
+                rt.board.fail(q, f"the engine rejected the question: {e}")
+        for stream in ("narration", "memory"):
+            every = live[f"{stream}_every_n_frames"]
+            if not every or engine.frame_index % every:
+                continue
+            if rt.stream_live[stream] is not None:   # the previous one is still decoding
+                rt.skipped_requests[stream] += 1
+                continue
+            req = LanguageRequest(live[f"{stream}_prompt"], stream, min(live[f"{stream}_max_tokens"], cap))
+            try:
+                rt.stream_live[stream] = engine.submit(req)
+            except RequestRejected as e:
+                rt.skipped_requests[stream] += 1
+                self._log(stream).warning(f"{stream} request skipped: {e}", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _publish(self, rt: _Runtime, result, now, obs_stamp_ns: int, live: dict) -> None:
+        dt = live["action_period_s"] or rt.period_s
+        positions = rt.joints.denormalise(result.actions)
+        rt.pubs["trajectory"].publish(trajectory_msg(rt.joints.names, positions, dt, now.to_msg()))
+
+        ms = result.timings_ms
+        missed = ms["total"] > rt.period_s * 1e3
+        timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s)
+        timing.header.stamp = self.get_clock().now().to_msg()   # after the chunk is out
+        rt.pubs["timing"].publish(timing)
+
+        for d in merge_deltas(result.deltas):
+            pub = rt.pubs.get(d.stream)
+            if pub is not None:
+                pub.publish(text_chunk_msg(d, timing.header.stamp))
+            if d.done:
+                self._finished(rt, d)
+
+        budget = rt.engine.config.steps_per_frame
+        rt.stats.frame(ms["total"], missed, result.tokens_emitted, decode_steps=result.decode_steps,
+                       decode_budget=budget if budget else f"auto ({result.decode_steps})",
+                       live_requests=result.live_requests, queued_requests=result.queued_requests,
+                       kv_bytes_in_use=result.kv_bytes_in_use)
+
+    def _finished(self, rt: _Runtime, d) -> None:
+        if d.error:
+            self._log(d.stream).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
+                                        throttle_duration_sec=LOG_THROTTLE_S)
+        if rt.stream_live.get(d.stream) == d.request_id:
+            rt.stream_live[d.stream] = None
+        if d.stream == "memory" and not d.error:
+            rt.memory.add(d.full_text)
+        elif d.stream == "answer":
+            rt.board.finish(d.request_id, d.full_text, d.error)
+
+    # -- the progress service --------------------------------------------------------------
+    def _on_ask(self, request, response):
+        t0 = time.monotonic()
+
+        def reply(answer: str = "", error: str = ""):
+            response.success, response.answer, response.error = not error, answer, error
+            response.latency_s = time.monotonic() - t0
+            if error:
+                self._log("ask_progress").warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
+            return response
+
+        question = " ".join(request.question.split())
+        if not question:
+            return reply(error="empty question")
+        rt = self._rt
+        if rt is None or self._state != "active":
+            return reply(error=f"the node is {self._state}, not active: activate it to ask questions")
+        limit = rt.model.cfg.max_prompt_tokens
+        if len(question) > 16 * limit:
+            return reply(error=f"question too long: {len(question)} characters")
+        p = node_params.read(self, ["answer_prompt", "answer_max_tokens", "question_timeout_s"])
+        try:
+            prompt = rt.memory.answer_prompt(p["answer_prompt"], question,
+                                             lambda s: len(rt.tok.encode(s)), limit)
+            q = rt.board.open(prompt, min(p["answer_max_tokens"], rt.engine.config.max_new_tokens))
+        except (PromptTooLong, QuestionRejected) as e:
+            return reply(error=str(e))
+        if self._state != "active":          # deactivated meanwhile: nobody would answer
+            rt.board.fail(q, f"the node is {self._state}, not active: activate it to ask questions")
+        timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
+        if not q.event.wait(timeout):
+            reason, at = rt.stats.problem
+            why = f"; frames are not running: {reason}" if reason and time.monotonic() - at < 2.0 else ""
+            where = ("it was not started" if rt.board.withdraw(q)
+                     else f"request {q.request_id} keeps streaming on the answer topic")
+            return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}){why}")
+        if q.error:
+            return reply(error=q.error)
+        return reply(answer=q.answer)
+
+    # -- diagnostics ---------------------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        rt = self._rt
+        if rt is None:
+            return
+        engine = rt.engine
+        language = {
+            "live_requests": rt.stats.last.get("live_requests", 0),
+            "queued_requests": rt.stats.last.get("queued_requests", 0),
+            "kv_bytes_in_use": rt.stats.last.get("kv_bytes_in_use", 0),
+            "kv_bytes_total": engine.pool.bytes_total,
+            "questions_in_flight": rt.board.in_flight(),
+            "questions_answered": rt.board.answered,
+            "questions_failed": rt.board.failed,
+            "memory_entries": len(rt.memory),
+            "narrations_skipped": rt.skipped_requests["narration"],
+            "memory_requests_skipped": rt.skipped_requests["memory"],
+            "clock_jumps": rt.monitor.clock_jumps,
+        }
+        arr = diagnostics.build(
+            self.get_fully_qualified_name(), self.get_clock().now().to_msg(), self._state,
+            rt.p["model"], rt.stats.snapshot(), rt.monitor.snapshot(), rt.monitor.counts(), language,
+            rt.period_s)
+        rt.diag_pub.publish(arr)
+
+
+# The executor's Python work (wait sets, callbacks) and the inference thread share the
+# GIL. The inference thread releases it around every torch op, and with the default
+# 5 ms switch interval each release can cost it up to 5 ms (hundreds per frame).
+GIL_SWITCH_INTERVAL_S = 0.0002
+
+
+def spin(executor: MultiThreadedExecutor) -> None:
+    """executor.spin(), surviving rclpy's race between a transition that destroys
+    entities (cleanup runs in a worker thread) and the executor thread building its wait
+    set from them: that spin raises InvalidHandle, and the next one rebuilds the set."""
+    while executor.context.ok():
+        try:
+            executor.spin_once(timeout_sec=0.5)
+        except _rclpy.InvalidHandle:
+            continue
+
+
+def main(argv=None) -> int:
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    rclpy.init(args=sys.argv if argv is None else argv)
+    node = None
+    try:
+        node = OxygenNode()
+        executor = MultiThreadedExecutor(num_threads=node.executor_threads)
+        executor.add_node(node)
+        if node.get_parameter("autostart").value:
+            node.autostart()
+        spin(executor)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.close()
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

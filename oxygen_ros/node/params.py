@@ -1,0 +1,163 @@
+"""The oxygen_node parameters: declarations with descriptors, and typed reads.
+
+Each parameter has a `when`:
+  "start"     read once when the process starts (descriptor read_only);
+  "configure" read by on_configure; it can change only while the node is unconfigured
+              (the node rejects a change otherwise: cleanup, set, configure again);
+  "live"      read every control frame; changes apply at once.
+A parameter declared with a type instead of a default has no default and must come
+from the params file (robot-specific: joint names and limits).
+"""
+from __future__ import annotations
+
+import array
+from dataclasses import dataclass
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.parameter import Parameter
+
+from . import prompts   # model-agnostic defaults; params files set a profile's prompts
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    default: object            # a value, or a Parameter.Type for "no default"
+    when: str                  # "start" | "configure" | "live"
+    description: str
+    range: tuple | None = None  # (low, high) inclusive
+
+
+SPECS = [
+    # -- process -------------------------------------------------------------------------
+    Spec("autostart", False, "start", "Configure and activate right after start."),
+    Spec("max_concurrent_questions", 4, "start",
+         "Progress questions decoded or waiting at once; more get an unsuccessful response. "
+         "Also sizes the executor's thread pool.", (1, 64)),
+    # -- model and engine --------------------------------------------------------------
+    Spec("model", "tiny", "configure", "Model profile: tiny | smol | pi05 | pi05-quarter."),
+    Spec("checkpoint", "", "configure", "Weights file or directory; empty: the profile's default."),
+    Spec("tokenizer_path", "", "configure", "Tokenizer file; empty: the profile's default."),
+    Spec("dtype", "float32", "configure", "Weight and KV dtype: float32 | bfloat16 | float16."),
+    Spec("device", "cpu", "configure", "torch device, e.g. cpu or cuda:0."),
+    Spec("cuda_graphs", True, "configure",
+         "On CUDA, replay the batched decode step from CUDA graphs (ignored on CPU)."),
+    Spec("torch_threads", 1, "configure", "torch intra-op threads; 0 = torch's default.", (0, 256)),
+    Spec("seed", 0, "configure", "Seed of the action noise.", (0, 2**31 - 1)),
+    Spec("max_requests", 4, "configure",
+         "KV pool slots: language requests decoding at once (the pool is allocated at configure).",
+         (1, 256)),
+    Spec("max_queue", 8, "configure", "Language requests waiting for a KV slot; more are rejected.",
+         (0, 1024)),
+    Spec("max_new_tokens", 32, "configure", "Upper bound of tokens per language request.", (1, 4096)),
+    Spec("steps_per_frame", 4, "configure",
+         "Decode budget k: batched decode steps per control frame; 0 = fit the control period.",
+         (0, 1024)),
+    # -- control loop --------------------------------------------------------------------
+    Spec("control_rate_hz", 10.0, "configure", "Control frames per second.", (0.1, 1000.0)),
+    Spec("action_period_s", 0.0, "live",
+         "Time between trajectory points; 0 = 1 / control_rate_hz.", (0.0, 10.0)),
+    Spec("max_observation_age_s", 0.5, "live",
+         "No action chunk from an observation older than this (seconds).", (0.001, 3600.0)),
+    Spec("instruction", "pick up the cube", "live", "Task instruction in the model's prefix."),
+    # -- robot interface -------------------------------------------------------------------
+    Spec("camera_topics", ["camera/base/image_raw"], "configure",
+         "sensor_msgs/Image topics, mapped in order to the model's camera slots "
+         "(fewer topics than slots: the remaining slots are masked)."),
+    Spec("joint_state_topic", "joint_states", "configure", "sensor_msgs/JointState topic."),
+    Spec("joint_names", Parameter.Type.STRING_ARRAY, "configure",
+         "Joints of the state and the trajectory, matched by name in joint states (any order)."),
+    Spec("joint_lower_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Per joint lower limit: maps to -1 in the model's normalised state and actions."),
+    Spec("joint_upper_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Per joint upper limit: maps to +1 in the model's normalised state and actions."),
+    Spec("trajectory_topic", "joint_trajectory", "configure",
+         "trajectory_msgs/JointTrajectory output: one action chunk per frame."),
+    Spec("frame_timing_topic", "frame_timing", "configure", "oxygen_msgs/FrameTiming output."),
+    Spec("narration_topic", "narration", "configure", "TextChunk stream of narrations."),
+    Spec("memory_topic", "memory", "configure", "TextChunk stream of memory entries (transient-local)."),
+    Spec("answer_topic", "answer", "configure", "TextChunk stream of answers to progress questions."),
+    # -- language --------------------------------------------------------------------------
+    Spec("narration_every_n_frames", 10, "live", "Start a narration every N frames; 0 = off.",
+         (0, 1_000_000)),
+    Spec("memory_every_n_frames", 50, "live", "Start a memory entry every N frames; 0 = off.",
+         (0, 1_000_000)),
+    Spec("narration_prompt", prompts.NARRATION, "live",
+         "Prompt of narration requests."),
+    Spec("memory_prompt", prompts.MEMORY, "live",
+         "Prompt of memory requests."),
+    Spec("answer_prompt", prompts.ANSWER, "live",
+         "Template of progress answers; {memory} becomes the memory log, {question} the question."),
+    Spec("narration_max_tokens", 16, "live", "Tokens per narration (<= max_new_tokens).", (1, 4096)),
+    Spec("memory_max_tokens", 16, "live", "Tokens per memory entry (<= max_new_tokens).", (1, 4096)),
+    Spec("answer_max_tokens", 32, "live", "Tokens per answer (<= max_new_tokens).", (1, 4096)),
+    Spec("memory_log_size", 8, "configure", "Memory entries kept (most recent).", (1, 1000)),
+    Spec("question_timeout_s", 30.0, "live",
+         "Default wait for an answer when the request's timeout_s is 0.", (0.1, 3600.0)),
+    # -- diagnostics -----------------------------------------------------------------------
+    Spec("diagnostics_period_s", 1.0, "configure", "Period of /diagnostics.", (0.1, 60.0)),
+    Spec("input_problem_hold_s", 3.0, "configure",
+         "How long a rejected input message stays reported in diagnostics.", (0.0, 3600.0)),
+]
+SPEC = {s.name: s for s in SPECS}
+
+
+def _descriptor(spec: Spec) -> ParameterDescriptor:
+    note = {"start": " (read at start)",
+            "configure": " (applied at configure; changeable only while unconfigured)",
+            "live": ""}[spec.when]
+    d = ParameterDescriptor(description=spec.description + note, read_only=spec.when == "start")
+    if spec.range is not None:
+        lo, hi = spec.range
+        if isinstance(spec.default, float):
+            d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
+        else:
+            d.integer_range = [IntegerRange(from_value=int(lo), to_value=int(hi), step=1)]
+    return d
+
+
+def declare_parameters(node) -> list[str]:
+    """Declare every parameter; returns the problems with overrides from the params file
+    (wrong type, out of range); such a parameter keeps its default and configure fails."""
+    problems = []
+    for spec in SPECS:
+        try:
+            node.declare_parameter(spec.name, spec.default, _descriptor(spec))
+        except Exception as e:  # InvalidParameterTypeException, InvalidParameterValueException
+            problems.append(f"parameter {spec.name}: {e}")
+            node.declare_parameter(spec.name, spec.default, _descriptor(spec), ignore_override=True)
+    return problems
+
+
+def read(node, names=None) -> dict:
+    """Values of the named parameters (all by default); ValueError for unset ones."""
+    out = {}
+    for name in names or SPEC:
+        p = node.get_parameter_or(name, None)
+        if p is None or p.type_ == Parameter.Type.NOT_SET:
+            raise ValueError(f"parameter {name} is not set (it has no default; set it in the params file)")
+        out[name] = list(p.value) if isinstance(p.value, (list, tuple, array.array)) else p.value
+    return out
+
+
+LIVE = [s.name for s in SPECS if s.when == "live"]
+
+
+def build_engine(p: dict):
+    """(model, tokenizer, engine) from the node's parameter values `p` (see read()).
+
+    Raises ValueError/OSError with a clear message for a bad profile, path or dtype.
+    torch and the engine are imported here, so reading parameters stays light."""
+    import torch
+
+    from ..engine.scheduler import EngineConfig, OxygenEngine
+    from ..engine.weights.loading import load_model
+
+    if p["torch_threads"] > 0:
+        torch.set_num_threads(p["torch_threads"])
+    model, tok = load_model(p["model"], checkpoint=p["checkpoint"] or None,
+                            tokenizer_path=p["tokenizer_path"] or None, dtype=p["dtype"], device=p["device"])
+    cfg = EngineConfig(max_requests=p["max_requests"], max_queue=p["max_queue"],
+                       max_new_tokens=p["max_new_tokens"], steps_per_frame=p["steps_per_frame"],
+                       period_s=1.0 / p["control_rate_hz"], seed=p["seed"], cuda_graphs=p["cuda_graphs"],
+                       cameras=min(len(p["camera_topics"]), len(model.cfg.camera_slots)))
+    return model, tok, OxygenEngine(model, tok, cfg)

@@ -1,0 +1,129 @@
+"""Record oxygen_node's outputs into a rosbag2 bag (MCAP or sqlite3) without `ros2 bag`.
+
+Raw rclpy subscriptions (raw=True: the CDR bytes, no deserialisation) feed a rosbags
+Writer, so recording keeps up with the control rate and the bag is exactly what
+`ros2 bag record` would write: metadata.yaml, one storage file, message definitions
+(oxygen_msgs included, from bag_types). Subscriptions use the node's QoS: reliable,
+and transient-local for memory so that entries published before the recorder started
+are recorded too. Receive times (the recorder's ROS clock) are the bag timestamps.
+
+The same topics with `ros2 bag record` (see RECORDED and ros2_bag_command):
+    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import bag_types
+
+
+@dataclass(frozen=True)
+class Topic:
+    key: str          # the node's parameter naming it ("" for fixed names)
+    name: str         # default name; relative names follow the namespace
+    msgtype: str      # rosbag2 type name, e.g. trajectory_msgs/msg/JointTrajectory
+    latched: bool = False   # transient-local (the node publishes memory so)
+
+
+RECORDED = [
+    Topic("trajectory_topic", "joint_trajectory", "trajectory_msgs/msg/JointTrajectory"),
+    Topic("frame_timing_topic", "frame_timing", "oxygen_msgs/msg/FrameTiming"),
+    Topic("narration_topic", "narration", "oxygen_msgs/msg/TextChunk"),
+    Topic("memory_topic", "memory", "oxygen_msgs/msg/TextChunk", latched=True),
+    Topic("answer_topic", "answer", "oxygen_msgs/msg/TextChunk"),
+    Topic("", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"),
+]
+DEPTH = 1000   # keep-last depth of each subscription: a long stall still loses nothing
+
+
+def resolve(name: str, namespace: str = "/") -> str:
+    """A topic name as the node in `namespace` resolves it (no ~ or substitutions)."""
+    if name.startswith("/"):
+        return name
+    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    return f"{ns}/{name}"
+
+
+def topics(namespace: str = "/", params: dict | None = None) -> list[tuple[str, Topic]]:
+    """(resolved name, Topic) for every recorded topic; `params` (the node's parameters,
+    e.g. from its params file) may rename them as the node would."""
+    params = params or {}
+    return [(resolve(params.get(t.key, t.name) if t.key else t.name, namespace), t) for t in RECORDED]
+
+
+def ros2_bag_command(out: str = "BAG_DIR", namespace: str = "/", storage: str = "mcap") -> str:
+    """The equivalent `ros2 bag record` command line."""
+    names = " ".join(name for name, _ in topics(namespace))
+    return f"ros2 bag record -s {storage} -o {out} {names}"
+
+
+def message_class(msgtype: str):
+    pkg, _, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{pkg}.msg"), name)
+
+
+def _bag_qos(latched: bool):
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    zero = QosTime(0, 0)
+    return Qos(QosHistory.KEEP_LAST, DEPTH, QosReliability.RELIABLE,
+               QosDurability.TRANSIENT_LOCAL if latched else QosDurability.VOLATILE,
+               zero, zero, QosLiveliness.AUTOMATIC, zero, False)
+
+
+class BagRecorder:
+    """Subscribes `node` to the topics and writes every message to a new bag at `out`.
+
+    Callbacks write directly (use a single-threaded executor); `close()` removes the
+    subscriptions and finalises the bag (metadata.yaml, MCAP summary/index).
+    """
+
+    def __init__(self, node, out: str | Path, namespace: str = "/", params: dict | None = None,
+                 storage: str = "mcap"):
+        from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+        from rosbags.rosbag2 import StoragePlugin, Writer
+
+        out = Path(out)
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()                    # an empty folder is fine; rosbags creates it anew
+        if out.exists():
+            raise FileExistsError(f"{out} exists; choose a new folder for the bag")
+        plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
+        self.node, self.path = node, out
+        self.writer = Writer(out, version=9, storage_plugin=plugin)
+        self.writer.set_custom_data("recorded_by", "oxygen record (oxygen_ros)")
+        self.writer.open()
+        self.counts: dict[str, int] = {}
+        self._subs = []
+        store = bag_types.typestore()
+        for name, t in topics(namespace, params):
+            conn = self.writer.add_connection(name, t.msgtype, typestore=store,
+                                              offered_qos_profiles=[_bag_qos(t.latched)])
+            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=DEPTH,
+                             reliability=ReliabilityPolicy.RELIABLE,
+                             durability=(DurabilityPolicy.TRANSIENT_LOCAL if t.latched
+                                         else DurabilityPolicy.VOLATILE))
+            self.counts[name] = 0
+            self._subs.append(node.create_subscription(
+                message_class(t.msgtype), name, lambda data, c=conn: self._write(c, data), qos, raw=True))
+
+    @property
+    def topic_names(self) -> list[str]:
+        return list(self.counts)
+
+    def _write(self, conn, data: bytes) -> None:
+        if self.writer is None:
+            return
+        self.writer.write(conn, self.node.get_clock().now().nanoseconds, data)
+        self.counts[conn.topic] += 1
+
+    def close(self) -> None:
+        """Stop recording and finalise the bag (idempotent)."""
+        for sub in self._subs:
+            self.node.destroy_subscription(sub)
+        self._subs = []
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close()

@@ -1,0 +1,313 @@
+"""Summarise a recorded run: action chunk rate, frame phases, language request latencies.
+
+Reads a rosbag2 bag (MCAP or sqlite3, from `oxygen record` or `ros2 bag record`) with
+rosbags; topics are recognised by type, so any namespace works. Times come from the
+messages' header stamps (the node's clock):
+- a JointTrajectory is one action chunk; FrameTiming gives each frame's phases and
+  whether it missed its deadline; its stamp is the end of the frame, and the frame
+  started total_ms earlier (the node submits new language requests at that start);
+- TextChunks carry their frame's stamp, so a request's chunks map to frames; a request
+  starts at the start of its `start_frame`, its first token is its first chunk with
+  text, it is done at the chunk with done=true.
+ROS-free: rosbags + numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import bag_types
+
+TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
+TIMING = "oxygen_msgs/msg/FrameTiming"
+TEXT = "oxygen_msgs/msg/TextChunk"
+DIAGNOSTICS = "diagnostic_msgs/msg/DiagnosticArray"
+# FrameTiming's phase fields (<phase>_ms). The engine's own PHASES (engine/frame.py) also
+# has "vision", which FrameTiming counts in prefill_ms.
+TIMING_PHASES = ("prefill", "action", "admit", "decode")
+
+
+@dataclass
+class Frame:
+    index: int
+    end_s: float               # header stamp (s, node clock)
+    total_ms: float
+    phases_ms: dict
+    period_ms: float
+    missed: bool
+    tokens: int
+    decode_steps: int
+    live_requests: int
+
+    @property
+    def start_s(self) -> float:
+        return self.end_s - self.total_ms / 1e3
+
+
+@dataclass
+class Request:
+    stream: str
+    request_id: int
+    start_frame: int
+    chunks: list = field(default_factory=list)   # (stamp s, delta, token_count, done, full_text)
+
+    @property
+    def done(self) -> bool:
+        return any(c[3] for c in self.chunks)
+
+    @property
+    def text(self) -> str:
+        final = [c[4] for c in self.chunks if c[3]]
+        return final[-1] if final else "".join(c[1] for c in self.chunks)
+
+
+@dataclass
+class RunData:
+    bag: str
+    chunks: list            # (stamp s, number of points, time between points s)
+    frames: list            # Frame, in stamp order
+    requests: list          # Request, in order of first chunk
+    loop_diagnostics: dict  # the last "control loop" status values from /diagnostics
+    topics: dict            # topic -> (type, message count)
+
+
+def _stamp(msg) -> float:
+    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+
+def bag_dir(path: str | Path) -> Path:
+    """The rosbag2 folder (accepts the folder, its metadata.yaml or its storage file)."""
+    p = Path(path)
+    if p.is_file() and (p.parent / "metadata.yaml").is_file():
+        return p.parent
+    if not (p / "metadata.yaml").is_file():
+        raise FileNotFoundError(f"{path}: not a rosbag2 folder (no metadata.yaml)")
+    return p
+
+
+def _typestore_for(connections):
+    """oxygen_msgs + Jazzy types, overridden by the .msg definitions stored in the bag
+    (no hash check: a bag from another ROS build may hash its types differently)."""
+    from rosbags.interfaces import MessageDefinitionFormat
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    types = dict(bag_types.typestore().fielddefs)
+    for c in connections:
+        if c.msgdef.format == MessageDefinitionFormat.MSG and c.msgdef.data:
+            try:
+                types.update(get_types_from_msg(c.msgdef.data, c.msgtype))
+            except Exception:  # noqa: BLE001 - keep the known definition
+                pass
+    store = get_typestore(Stores.EMPTY)
+    store.register(types)
+    return store
+
+
+def read_bag(path: str | Path) -> RunData:
+    from rosbags.rosbag2 import Reader
+
+    path = bag_dir(path)
+    chunks, frames, requests, diag = [], [], {}, {}
+    with Reader(path) as reader:
+        wanted = [c for c in reader.connections if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS)]
+        store = _typestore_for(wanted)
+        topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
+        for conn, _, raw in reader.messages(connections=wanted):
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+            if conn.msgtype == TRAJECTORY:
+                pts = msg.points
+                dt = 0.0
+                if len(pts) >= 2:
+                    t = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in pts[:2]]
+                    dt = t[1] - t[0]
+                chunks.append((_stamp(msg), len(pts), dt))
+            elif conn.msgtype == TIMING:
+                frames.append(Frame(int(msg.frame_index), _stamp(msg), float(msg.total_ms),
+                                    {ph: float(getattr(msg, f"{ph}_ms")) for ph in TIMING_PHASES},
+                                    float(msg.period_ms), bool(msg.deadline_missed),
+                                    int(msg.tokens_emitted), int(msg.decode_steps), int(msg.live_requests)))
+            elif conn.msgtype == TEXT:
+                key = (msg.stream, int(msg.request_id))
+                if key not in requests:
+                    requests[key] = Request(msg.stream, int(msg.request_id), int(msg.start_frame))
+                requests[key].chunks.append((_stamp(msg), msg.delta, int(msg.token_count), bool(msg.done),
+                                             msg.full_text))
+            else:
+                for status in msg.status:
+                    if status.name.endswith(": control loop"):
+                        diag = {kv.key: kv.value for kv in status.values}
+    chunks.sort()
+    frames.sort(key=lambda f: f.end_s)
+    reqs = sorted(requests.values(), key=lambda r: min(c[0] for c in r.chunks))
+    for r in reqs:
+        r.chunks.sort(key=lambda c: (c[0], c[2]))
+    return RunData(str(path), chunks, frames, reqs, diag, topics)
+
+
+def _stats(values) -> dict:
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "max": None}
+    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
+            "p95": float(np.percentile(v, 95)), "max": float(v.max())}
+
+
+def _round(x, nd=3):
+    if isinstance(x, float):
+        return round(x, nd)
+    if isinstance(x, dict):
+        return {k: _round(v, nd) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v, nd) for v in x]
+    return x
+
+
+def time_origin(data: RunData) -> float:
+    """Start of the run: the start of the first frame, else the first message."""
+    starts = [f.start_s for f in data.frames[:1]] + [c[0] for c in data.chunks[:1]]
+    starts += [r.chunks[0][0] for r in data.requests[:1]]
+    return min(starts) if starts else 0.0
+
+
+def time_end(data: RunData) -> float:
+    ends = [f.end_s for f in data.frames[-1:]] + [c[0] for c in data.chunks[-1:]]
+    ends += [r.chunks[-1][0] for r in data.requests]
+    return max(ends) if ends else 0.0
+
+
+@dataclass
+class FrameLookup:
+    """Frames by their stamp (TextChunks carry their frame's stamp) and by index."""
+    by_stamp: dict
+    by_index: dict
+
+    @classmethod
+    def of(cls, data: RunData) -> "FrameLookup":
+        by_index = {}
+        for f in data.frames:
+            by_index.setdefault(f.index, []).append(f)    # an index repeats if the node restarted
+        return cls({round(f.end_s, 6): f for f in data.frames}, by_index)
+
+
+def request_timeline(data: RunData, r: Request, t0: float = 0.0, lookup: FrameLookup | None = None) -> dict:
+    """Frames and seconds of one request: start, first token, done (None when unknown);
+    start_s, first_chunk_s and last_chunk_s are relative to t0."""
+    lookup = lookup or FrameLookup.of(data)
+    by_stamp = lookup.by_stamp
+    first_stamp = r.chunks[0][0]
+    # the start frame: the latest frame with that index that ended before the first chunk
+    candidates = [f for f in lookup.by_index.get(r.start_frame, []) if f.end_s <= first_stamp + 1e-6]
+    start = candidates[-1] if candidates else None
+    t_start = start.start_s if start else first_stamp
+    with_text = [c for c in r.chunks if c[2] > 0] or r.chunks
+    t_first = with_text[0][0]
+    done = [c for c in r.chunks if c[3]]
+    t_done = done[0][0] if done else None
+
+    def frame_of(t):
+        f = by_stamp.get(round(t, 6))
+        return f.index if f else None
+
+    first_frame, done_frame = frame_of(t_first), frame_of(t_done) if t_done is not None else None
+    tokens = max(c[2] for c in r.chunks)
+    out = {
+        "stream": r.stream, "request_id": r.request_id, "start_frame": r.start_frame,
+        "first_token_frame": first_frame, "done_frame": done_frame, "done": t_done is not None,
+        "frames_to_first_token": first_frame - r.start_frame if first_frame is not None else None,
+        "frames_to_done": done_frame - r.start_frame if done_frame is not None else None,
+        "seconds_to_first_token": t_first - t_start,
+        "seconds_to_done": t_done - t_start if t_done is not None else None,
+        "tokens": tokens,
+        "tokens_per_s": tokens / (t_done - t_start) if t_done is not None and t_done > t_start else None,
+        "start_s": t_start - t0, "first_chunk_s": r.chunks[0][0] - t0, "last_chunk_s": r.chunks[-1][0] - t0,
+        "text": r.text,
+    }
+    return out
+
+
+def summarize(data: RunData) -> dict:
+    t0 = time_origin(data)
+    stamps = [c[0] for c in data.chunks]
+    intervals_ms = np.diff(stamps) * 1e3 if len(stamps) > 1 else np.array([])
+    span = stamps[-1] - stamps[0] if len(stamps) > 1 else 0.0
+    period_ms = float(np.median([f.period_ms for f in data.frames])) if data.frames else None
+    frames = data.frames
+    misses = sum(f.missed for f in frames)
+    tokens = sum(f.tokens for f in frames)
+    frame_span = frames[-1].end_s - frames[0].start_s if frames else 0.0
+    lookup = FrameLookup.of(data)
+    reqs = [request_timeline(data, r, t0, lookup) for r in data.requests]
+    by_stream = {}
+    for stream in sorted({r["stream"] for r in reqs}):
+        rs = [r for r in reqs if r["stream"] == stream]
+        done = [r for r in rs if r["done"]]
+
+        def mean(key, rows=done):
+            vals = [r[key] for r in rows if r[key] is not None]
+            return float(np.mean(vals)) if vals else None
+
+        by_stream[stream] = {"requests": len(rs), "done": len(done),
+                             "seconds_to_first_token_mean": mean("seconds_to_first_token", rs),
+                             "seconds_to_done_mean": mean("seconds_to_done"),
+                             "frames_to_done_mean": mean("frames_to_done"),
+                             "tokens_per_s_mean": mean("tokens_per_s")}
+    loop = data.loop_diagnostics
+    summary = {
+        "bag": data.bag,
+        "duration_s": time_end(data) - t0,
+        "chunks": {
+            "count": len(stamps),
+            "interval_ms": _stats(intervals_ms),
+            "achieved_rate_hz": (len(stamps) - 1) / span if span > 0 else None,
+            "target_rate_hz": 1e3 / period_ms if period_ms else None,
+            "points_per_chunk": int(np.median([c[1] for c in data.chunks])) if data.chunks else None,
+            "point_period_s": float(np.median([c[2] for c in data.chunks])) if data.chunks else None,
+        },
+        "frames": {
+            "count": len(frames),
+            "period_ms": period_ms,
+            "deadline_misses": misses,
+            "deadline_miss_fraction": misses / len(frames) if frames else None,
+            "skipped_ticks": int(loop["skipped_ticks"]) if "skipped_ticks" in loop else None,
+            "total_ms": _stats([f.total_ms for f in frames]),
+            "phase_ms_mean": {ph: float(np.mean([f.phases_ms[ph] for f in frames])) if frames else None
+                              for ph in TIMING_PHASES},
+        },
+        "language": {
+            "requests": len(reqs),
+            "done": sum(r["done"] for r in reqs),
+            "tokens": tokens,
+            "tokens_per_s": tokens / frame_span if frame_span > 0 else None,
+            "by_stream": by_stream,
+        },
+        "requests": reqs,
+        "topics": {t: {"type": ty, "messages": n} for t, (ty, n) in data.topics.items()},
+    }
+    return _round(summary)
+
+
+def format_summary(s: dict) -> str:
+    """A few lines a person reads in a terminal."""
+    def f(x, fmt="{:.1f}"):
+        return "-" if x is None else fmt.format(x)
+
+    c, fr, lang = s["chunks"], s["frames"], s["language"]
+    iv = c["interval_ms"]
+    lines = [
+        f"action chunks: {c['count']} in {f(s['duration_s'])} s, {f(c['achieved_rate_hz'], '{:.2f}')} Hz "
+        f"(target {f(c['target_rate_hz'], '{:.2f}')} Hz); interval ms mean {f(iv['mean'])} "
+        f"p50 {f(iv['p50'])} p95 {f(iv['p95'])} max {f(iv['max'])}",
+        f"frames: {fr['count']}, deadline misses {fr['deadline_misses']}"
+        + (f", skipped ticks {fr['skipped_ticks']}" if fr["skipped_ticks"] is not None else "")
+        + f"; frame ms p50 {f(fr['total_ms']['p50'])} p95 {f(fr['total_ms']['p95'])}; mean split "
+        + " / ".join(f"{ph} {f(v)}" for ph, v in fr["phase_ms_mean"].items()),
+        f"language: {lang['requests']} requests ({lang['done']} done), {lang['tokens']} tokens, "
+        f"{f(lang['tokens_per_s'])} tok/s",
+    ]
+    for stream, b in lang["by_stream"].items():
+        lines.append(f"  {stream}: {b['done']}/{b['requests']} done; first token {f(b['seconds_to_first_token_mean'], '{:.2f}')} s, "
+                     f"done {f(b['seconds_to_done_mean'], '{:.2f}')} s ({f(b['frames_to_done_mean'])} frames), "
+                     f"{f(b['tokens_per_s_mean'])} tok/s per request")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""A recorded run's report: summary.json and the timeline PNG (matplotlib, Agg).
+
+The timeline is what a person should see at a glance.
+
+Three panels on one time axis (seconds since the run started):
+1. action chunks: the interval before each chunk, against the control period
+   (frames that missed their deadline in red);
+2. every frame as a bar spanning its own duration, stacked by phase: prefill, action,
+   admit, decode (ms), with the period as a dashed line; the shared prefill and the
+   action chunk come first, language decoding fills the rest of the frame;
+3. every language request as a horizontal bar from its first to its last TextChunk,
+   colored by stream (narration, memory, answer), with a thin line from the start of
+   the frame that admitted it; answers are labelled with their text.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .bag_summary import TIMING_PHASES, FrameLookup, RunData, read_bag, request_timeline, summarize, time_origin
+
+PHASE_COLORS = {"prefill": "#4C72B0", "action": "#DD8452", "admit": "#8172B3", "decode": "#55A868"}
+STREAM_COLORS = {"narration": "#1f77b4", "memory": "#2ca02c", "answer": "#d62728"}
+LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.005, 1.0), "fontsize": 8, "frameon": False}
+
+
+def _lanes(intervals):
+    """Greedy lane packing: index of a lane per (start, end) so bars in a lane never overlap."""
+    ends, out = [], []
+    for start, end in intervals:
+        for i, e in enumerate(ends):
+            if start > e:
+                ends[i] = end
+                out.append(i)
+                break
+        else:
+            ends.append(end)
+            out.append(len(ends) - 1)
+    return out
+
+
+def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    t0 = time_origin(data)
+    fig, (ax_c, ax_f, ax_r) = plt.subplots(3, 1, figsize=(15, 9), sharex=True,
+                                           gridspec_kw={"height_ratios": [1.2, 2.2, 2.0]})
+    period_ms = summary["frames"]["period_ms"]
+    c = summary["chunks"]
+
+    # 1. chunks
+    stamps = [s - t0 for s, _, _ in data.chunks]
+    if len(stamps) > 1:
+        iv = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
+        ax_c.plot(stamps[1:], iv, "-", color="#333333", lw=0.8, zorder=1)
+        ax_c.scatter(stamps[1:], iv, s=8, color="#333333", zorder=2, label="interval before a chunk")
+    missed = [f.end_s - t0 for f in data.frames if f.missed]
+    if missed and stamps:
+        ax_c.scatter(missed, [period_ms or 0] * len(missed), marker="v", s=18, color="#d62728", zorder=3,
+                     label="frame missed its deadline")
+    if period_ms:
+        ax_c.axhline(period_ms, ls="--", color="gray", lw=1, label=f"period {period_ms:.0f} ms")
+    ax_c.set_ylabel("chunk interval\n(ms)")
+    rate = c["achieved_rate_hz"]
+    ax_c.set_title(f"{c['count']} action chunks at {rate:.2f} Hz" if rate else f"{c['count']} action chunks",
+                   loc="left", fontsize=10)
+    top = max([(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])] + [period_ms or 1.0])
+    ax_c.set_ylim(0, top * 1.2)
+    if ax_c.get_legend_handles_labels()[0]:
+        ax_c.legend(**LEGEND)
+
+    # 2. frames, stacked by phase, each bar as wide as the frame lasted
+    if data.frames:
+        x = [f.start_s - t0 for f in data.frames]
+        w = [max(f.total_ms / 1e3, 1e-4) for f in data.frames]
+        bottom = [0.0] * len(x)
+        for ph in TIMING_PHASES:
+            h = [f.phases_ms[ph] for f in data.frames]
+            ax_f.bar(x, h, width=w, bottom=bottom, align="edge", color=PHASE_COLORS[ph], label=ph,
+                     linewidth=0)
+            bottom = [b + v for b, v in zip(bottom, h)]
+        late = [f for f in data.frames if f.missed]
+        if late:
+            ax_f.bar([f.start_s - t0 for f in late], [sum(f.phases_ms.values()) for f in late],
+                     width=[f.total_ms / 1e3 for f in late], align="edge", fill=False, edgecolor="#d62728",
+                     linewidth=1.2, label="missed deadline")
+        if period_ms:
+            ax_f.axhline(period_ms, ls="--", color="gray", lw=1, label="period")
+        means = summary["frames"]["phase_ms_mean"]
+        ax_f.set_title("frames: " + ", ".join(f"{ph} {means[ph]:.1f}" for ph in TIMING_PHASES)
+                       + " ms (mean)", loc="left", fontsize=10)
+    ax_f.set_ylabel("frame phases\n(ms)")
+    if ax_f.get_legend_handles_labels()[0]:
+        ax_f.legend(**LEGEND)
+
+    # 3. language requests, one lane set per stream
+    lookup = FrameLookup.of(data)
+    rows = [request_timeline(data, r, t0, lookup) for r in data.requests]
+    yticks, ylabels, base = [], [], 0
+    for stream in ("narration", "memory", "answer", *sorted({r["stream"] for r in rows} - set(STREAM_COLORS))):
+        rs = [r for r in rows if r["stream"] == stream]
+        if not rs:
+            continue
+        lanes = _lanes([(r["start_s"], r["last_chunk_s"]) for r in rs])
+        color = STREAM_COLORS.get(stream, "#7f7f7f")
+        for r, lane in zip(rs, lanes):
+            y = base + lane
+            ax_r.plot([r["start_s"], r["first_chunk_s"]], [y, y], color=color, lw=1, alpha=0.6)
+            ax_r.barh(y, max(r["last_chunk_s"] - r["first_chunk_s"], 0.02), left=r["first_chunk_s"],
+                      height=0.7, color=color, alpha=0.85 if r["done"] else 0.4,
+                      edgecolor="black" if not r["done"] else color)
+            if stream == "answer":         # the answer's text above its bar, inside the panel
+                text = " ".join(r["text"].split())
+                ax_r.annotate(f"{text[:90]}{'…' if len(text) > 90 else ''}", (r["first_chunk_s"], y - 0.45),
+                              va="bottom", fontsize=8, color=color, annotation_clip=False, clip_on=True)
+        n = max(lanes) + 1
+        yticks.append(base + (n - 1) / 2)
+        ylabels.append(f"{stream} ({len(rs)})")
+        base += n + 1
+    ax_r.set_yticks(yticks, ylabels)
+    ax_r.set_ylim(-1, max(base, 1))
+    ax_r.invert_yaxis()
+    lang = summary["language"]
+    tps = lang["tokens_per_s"]
+    ax_r.set_title(f"language requests, first to last text chunk: {lang['requests']} requests, "
+                   f"{lang['tokens']} tokens" + (f", {tps:.1f} tok/s" if tps else ""), loc="left", fontsize=10)
+    ax_r.legend(handles=[Patch(color=STREAM_COLORS[s], label=s) for s in STREAM_COLORS],
+                **LEGEND)
+    ax_r.set_xlabel("time since the first frame (s)")
+    end = summary["duration_s"] or 1.0
+    ax_r.set_xlim(-0.01 * end, end * 1.02)
+    for ax in (ax_c, ax_f, ax_r):
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(title or f"oxygen run: {Path(data.bag).name}", fontsize=12)
+    fig.tight_layout()
+    png = Path(png)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
+def write_report(bag, out, title: str = "") -> dict:
+    """Read the bag, write out/summary.json and out/timeline.png; returns the summary."""
+    data = read_bag(bag)
+    summary = summarize(data)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    plot_timeline(data, summary, out / "timeline.png", title)
+    return summary

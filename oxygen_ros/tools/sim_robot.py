@@ -1,0 +1,74 @@
+"""The simulated robot as a ROS 2 node: SimWorld's cameras and joint states out, chunks in.
+
+Publishes sensor_msgs/Image (rgb8) on the camera topics and sensor_msgs/JointState on
+the joint state topic with the node's sensor QoS (best effort, keep last), and
+follows every trajectory_msgs/JointTrajectory it receives (reliable): the points are
+targets spaced by their time_from_start, so the loop through oxygen_node is closed.
+The topic names, joint names and limits are the node's (from its params file).
+"""
+from __future__ import annotations
+
+import time
+
+from .sim_world import SimWorld
+
+VIEW_OF_SLOT = ("base", "left_wrist", "right_wrist")   # camera_topics order = the model's slots
+
+
+class SimRobot:
+    def __init__(self, node, params: dict, image_size: int = 160, camera_hz: float = 15.0,
+                 joint_hz: float = 50.0):
+        from sensor_msgs.msg import Image, JointState
+        from trajectory_msgs.msg import JointTrajectory
+
+        from ..node import qos
+
+        self.node = node
+        self.world = SimWorld(params["joint_names"], params["joint_lower_limits"], params["joint_upper_limits"])
+        self.size = image_size
+        self._JointState = JointState
+        topics = params.get("camera_topics", ["camera/base/image_raw"])
+        self.cameras = [(node.create_publisher(Image, t, qos.SENSOR), VIEW_OF_SLOT[i % 3])
+                        for i, t in enumerate(topics)]
+        self.joint_pub = node.create_publisher(JointState, params.get("joint_state_topic", "joint_states"),
+                                               qos.SENSOR)
+        node.create_subscription(JointTrajectory, params.get("trajectory_topic", "joint_trajectory"),
+                                 self._on_trajectory, qos.CONTROL)
+        self.chunks = 0
+        self.frames = 0
+        self._last = time.monotonic()
+        node.create_timer(1.0 / joint_hz, self._on_joint_tick)
+        node.create_timer(1.0 / camera_hz, self._on_camera_tick)
+
+    def _on_trajectory(self, msg) -> None:
+        pts = msg.points
+        if not pts or not msg.joint_names:
+            return
+        times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in pts]
+        dt = times[0] if len(times) == 1 else (times[-1] - times[0]) / (len(times) - 1)
+        # The chunk starts when it arrives (the robot's clock), not at its header stamp.
+        try:
+            self.world.follow(list(msg.joint_names), [list(p.positions) for p in pts], dt, time.monotonic())
+        except ValueError as e:
+            self.node.get_logger().warning(f"chunk ignored: {e}", throttle_duration_sec=2.0)
+            return
+        self.chunks += 1
+
+    def _on_joint_tick(self) -> None:
+        now = time.monotonic()
+        self.world.step(now, now - self._last)
+        self._last = now
+        msg = self._JointState(name=self.world.names, position=self.world.q.tolist())
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.joint_pub.publish(msg)
+
+    def _on_camera_tick(self) -> None:
+        from ..node.convert import rgb_to_image
+
+        stamp = self.node.get_clock().now().to_msg()
+        for pub, view in self.cameras:
+            msg = rgb_to_image(self.world.render(view, self.size), "rgb8")
+            msg.header.stamp = stamp
+            msg.header.frame_id = f"{view}_camera"
+            pub.publish(msg)
+        self.frames += 1
