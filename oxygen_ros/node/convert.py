@@ -35,12 +35,13 @@ class InputError(ValueError):
     """A sensor message the node cannot use; the message says why."""
 
 
-def image_to_rgb(msg) -> np.ndarray:
-    """sensor_msgs/Image -> HxWx3 uint8 RGB (a fresh array; the message buffer may be reused)."""
+def check_image(msg) -> tuple[str, int, int, int]:
+    """Validate a sensor_msgs/Image without touching its pixels (constant time: cheap
+    enough for every message a camera sends); (encoding, height, width, step)."""
     enc = msg.encoding.lower()
     if enc not in ENCODINGS:
         raise InputError(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
-    channels, depth, order = ENCODINGS[enc]
+    channels, depth, _ = ENCODINGS[enc]
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     if h == 0 or w == 0:
         raise InputError(f"empty image ({w}x{h})")
@@ -50,6 +51,16 @@ def image_to_rgb(msg) -> np.ndarray:
     size = len(msg.data)
     if size != step * h:
         raise InputError(f"image data has {size} bytes, expected step*height = {step}*{h} = {step * h}")
+    return enc, h, w, step
+
+
+def image_to_rgb(msg) -> np.ndarray:
+    """sensor_msgs/Image -> HxWx3 uint8 RGB (a fresh array; the message buffer may be reused).
+
+    The node calls it once per control frame for the frame's images, not per message."""
+    enc, h, w, step = check_image(msg)
+    channels, depth, order = ENCODINGS[enc]
+    row = w * channels * depth
     rows = np.frombuffer(msg.data, dtype=np.uint8, count=step * h).reshape(h, step)[:, :row]
     if depth == 1:
         pixels = rows.reshape(h, w, channels)
@@ -58,7 +69,12 @@ def image_to_rgb(msg) -> np.ndarray:
         pixels = (np.ascontiguousarray(rows).view(dtype).reshape(h, w, channels) >> 8).astype(np.uint8)
     if order is None:
         return np.repeat(pixels, 3, axis=2)
-    return np.ascontiguousarray(pixels[:, :, list(order)])
+    if channels == 3 and order == (0, 1, 2):
+        return pixels.copy()                      # rgb8: one memcpy-like copy
+    rgb = np.empty((h, w, 3), np.uint8)           # per-channel copies: ~10x faster than fancy indexing
+    for i, c in enumerate(order):
+        rgb[:, :, i] = pixels[:, :, c]
+    return rgb
 
 
 def rgb_to_image(rgb: np.ndarray, encoding: str = "rgb8", msg=None, padding: int = 0):

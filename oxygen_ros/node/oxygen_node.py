@@ -44,8 +44,8 @@ from ..engine.observation import Observation, ObservationError
 from ..engine.requests import LanguageRequest, RequestRejected
 from . import diagnostics, qos
 from . import params as node_params
-from .convert import (InputError, frame_timing_msg, image_to_rgb, joint_positions, merge_deltas,
-                      text_chunk_msg, trajectory_msg)
+from .convert import (InputError, check_image, frame_timing_msg, image_to_rgb, joint_positions,
+                      merge_deltas, text_chunk_msg, trajectory_msg)
 from .input_monitor import InputMonitor
 from .joint_space import JointSpace
 from .loop_stats import LoopStats
@@ -97,7 +97,7 @@ class OxygenNode(LifecycleNode):
         self._rt: _Runtime | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.create_service(AskProgress, "~/ask_progress", self._on_ask,
+        self.create_service(AskProgress, "~/ask_progress", self._on_ask, qos_profile=qos.SERVICES,
                             callback_group=self._service_group)
         # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
         self.context.on_shutdown(self._stop.set)
@@ -277,16 +277,33 @@ class OxygenNode(LifecycleNode):
         return stamp_ns, (self.get_clock().now().nanoseconds - stamp_ns) / 1e9
 
     def _on_image(self, name: str, msg: Image) -> None:
+        """Keep the latest message of a camera (checked, not converted): a camera sends
+        more images than frames use, so pixels are converted once per frame (_frame_images)."""
         rt = self._rt
         if rt is None:
             return
         try:
-            rgb = image_to_rgb(msg)
+            check_image(msg)
         except InputError as e:
-            rt.monitor.reject(name, str(e))
-            self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
+            self._reject_image(rt, name, e)
             return
-        rt.monitor.accept(name, rgb, *self._arrival(msg.header.stamp))
+        rt.monitor.accept(name, msg, *self._arrival(msg.header.stamp))
+
+    def _reject_image(self, rt: _Runtime, name: str, e: InputError) -> None:
+        rt.monitor.reject(name, str(e))
+        self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _frame_images(self, rt: _Runtime, snap) -> dict | None:
+        """The frame's camera messages as RGB arrays by model slot; None if one fails."""
+        images = {}
+        for name, slot in rt.cameras.items():
+            try:
+                images[slot] = image_to_rgb(snap.values[name])
+            except InputError as e:
+                self._reject_image(rt, name, e)
+                rt.stats.no_chunk(f"{name}: image rejected: {e}")
+                return None
+        return images
 
     def _on_joint_state(self, msg: JointState) -> None:
         rt = self._rt
@@ -337,8 +354,11 @@ class OxygenNode(LifecycleNode):
             rt.stats.no_chunk(reason)
             self._log("inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
             return
+        images = self._frame_images(rt, snap)
+        if images is None:
+            return
         self._submit_requests(rt, live)
-        obs = Observation(images={slot: snap.values[name] for name, slot in rt.cameras.items()},
+        obs = Observation(images=images,
                           state=snap.values[rt.joint_input], instruction=live["instruction"],
                           stamp=snap.stamp_ns / 1e9)
         try:
