@@ -1,10 +1,15 @@
-"""Install setup.py's data_files into a prefix as symlinks to the working tree.
+"""Install setup.py's data_files into a prefix as symlinks to the working tree, and
+the console scripts where ROS tools look for a package's executables.
 
 `pip install -e .` does not install data_files (setuptools' editable wheels skip them,
 pypa/setuptools#3399), yet ROS tools find a package through them: the ament index
 marker, share/<pkg>/package.xml, launch/ and config/. This links each declared file
 into <prefix>/<dir>/ (what `colcon build --symlink-install` does), so edits to a
 config YAML show up without reinstalling, and removes links whose source is gone.
+
+`ros2 run` and launch_ros find an executable at <prefix>/lib/<package>/<executable>
+(setup.cfg's script_dir under colcon); pip puts console scripts into <prefix>/bin. So
+each console script is also linked as <prefix>/lib/oxygen_ros/<name> -> ../../bin/<name>.
 
 Usage: python scripts/link_data_files.py PREFIX   (run from anywhere)
 """
@@ -19,8 +24,8 @@ import setuptools
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def declared_data_files():
-    """The data_files list of setup.py, read without running a setuptools command."""
+def declared_setup():
+    """The keyword arguments of setup.py's setup(), read without running a setuptools command."""
     captured = {}
     real_setup = setuptools.setup
     setuptools.setup = lambda **kwargs: captured.update(kwargs)
@@ -31,7 +36,33 @@ def declared_data_files():
     finally:
         os.chdir(cwd)
         setuptools.setup = real_setup
-    return captured.get("data_files", [])
+    return captured
+
+
+def declared_data_files():
+    return declared_setup().get("data_files", [])
+
+
+def console_scripts() -> tuple[str, list[str]]:
+    """(package name, console script names) declared by setup.py."""
+    kwargs = declared_setup()
+    scripts = kwargs.get("entry_points", {}).get("console_scripts", [])
+    return kwargs["name"], [entry.split("=", 1)[0].strip() for entry in scripts]
+
+
+def link_executables(prefix: Path) -> int:
+    """<prefix>/lib/<package>/<script> -> ../../bin/<script> for every console script."""
+    package, names = console_scripts()
+    lib = prefix / "lib" / package
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        dest, target = lib / name, Path("..", "..", "bin", name)
+        if dest.is_symlink() and Path(os.readlink(dest)) == target:
+            continue
+        if dest.exists() or dest.is_symlink():
+            dest.unlink()
+        dest.symlink_to(target)
+    return len(names)
 
 
 def link(prefix: Path) -> int:
@@ -63,4 +94,5 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     count = link(Path(sys.argv[1]).resolve())
-    print(f"[setup] linked {count} data files into {sys.argv[1]}")
+    scripts = link_executables(Path(sys.argv[1]).resolve())
+    print(f"[setup] linked {count} data files and {scripts} executables (lib/oxygen_ros/) into {sys.argv[1]}")

@@ -8,7 +8,7 @@
 #                      installed into the venv prefix
 #   4. oxygen_ros      `pip install --no-deps -e .`, plus setup.py's data_files
 #                      (package.xml, ament index marker, launch/, config/) linked
-#                      into .venv/share
+#                      into .venv/share, the console scripts into .venv/lib/oxygen_ros
 #
 # Each step records a stamp (.venv/.oxygen-setup/<step>) holding a hash of its inputs
 # and reruns only when that hash changes, so a second run takes about a second. An
@@ -124,10 +124,13 @@ fi
 # ---------------------------------------------------------------- 4. oxygen_ros
 # Editable install: Python modules come from the working tree. pip skips data_files in
 # editable mode, so link_data_files.py links them (package.xml, ament index marker,
-# launch/, config/) into .venv/share; the key holds their names, not their contents.
+# launch/, config/) into .venv/share, and the console scripts into .venv/lib/oxygen_ros/
+# (where `ros2 run` and launch_ros look, as in a colcon install); the key holds their
+# names, not their contents.
 data_names="$(cd "$ROOT" && ls -1 launch/*.launch.py config/*.yaml 2>/dev/null || true)"
 pkg_key="$(hash_of "$ROOT"/setup.py "$ROOT"/setup.cfg "$ROOT"/package.xml "$data_names" "$deps_key")"
-if stamp_ok pkg "$pkg_key" && [ -x "$VENV/bin/oxygen" ] && [ -e "$VENV/share/oxygen_ros/package.xml" ]; then
+if stamp_ok pkg "$pkg_key" && [ -x "$VENV/bin/oxygen" ] && [ -e "$VENV/share/oxygen_ros/package.xml" ] \
+        && [ -x "$VENV/lib/oxygen_ros/oxygen_node" ]; then
     log "oxygen_ros (editable) up to date"
 else
     log "installing oxygen_ros in editable mode"

@@ -94,6 +94,28 @@ def test_console_scripts_installed():
     assert (bin_dir / "oxygen_node").exists()
 
 
+def test_executables_where_ros2_run_and_launch_ros_look():
+    """As in a colcon install, every console script is an executable file at
+    <package prefix>/lib/oxygen_ros/<name> (the path `ros2 run` and launch_ros's Node
+    build from the ament index), and it is the same program as the one in .venv/bin."""
+    from ament_index_python.packages import get_package_prefix
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from link_data_files import console_scripts
+    finally:
+        sys.path.pop(0)
+    package, names = console_scripts()
+    assert package == "oxygen_ros" and {"oxygen_node", "oxygen"} <= set(names)
+    lib = Path(get_package_prefix("oxygen_ros")) / "lib" / "oxygen_ros"
+    executables = sorted(f.name for f in lib.iterdir() if f.is_file() and os.access(f, os.X_OK))
+    assert executables == sorted(names), f"{lib}: {executables}; run `make setup`"
+    for name in names:
+        assert (lib / name).resolve() == (Path(sys.executable).parent / name).resolve()
+    out = subprocess.run([str(lib / "oxygen"), "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "demo" in out.stdout, out.stdout + out.stderr
+
+
 def test_unknown_subcommand_is_an_error():
     from oxygen_ros.cli import main
 
