@@ -1,5 +1,9 @@
 """`oxygen bench` runs every mode side by side and reports the documented fields."""
 import json
+import statistics
+import time
+
+from oxygen_ros.engine.bench.runner import round_sizes
 
 from oxygen_ros.cli import main
 
@@ -10,7 +14,7 @@ FIELDS = {"action_hz", "lang_tokens_per_s", "frame_ms_median", "frame_ms_p95", "
 def test_bench_reports_every_mode_and_exactness(tmp_path, capsys):
     out = tmp_path / "bench.json"
     status = main(["bench", "--model", "tiny", "--workload", "aloha", "--frames", "4", "--tokens", "6",
-                   "--steps-per-frame", "2", "--json", str(out)])
+                   "--steps-per-frame", "2", "--rounds", "2", "--json", str(out)])
     assert status == 0
     report = json.loads(out.read_text())
     assert set(report["modes"]) == {"sequential", "shared", "oxygen", "parallel"}
@@ -23,9 +27,45 @@ def test_bench_reports_every_mode_and_exactness(tmp_path, capsys):
     assert ex["text_mismatched_requests"] == 0
     assert ex["max_action_abs_diff"] <= 1e-5
     assert "oxygen/sequential" in report["ratios"]
+    # interleaved: 4 frames in 2 rounds per mode, a ratio per round, the median reported
+    for mode, rounds in report["rounds"].items():
+        assert [r["frames"] for r in rounds] == [2, 2], mode
+    per_round = report["round_ratios"]["oxygen/sequential"]["action_hz"]
+    assert len(per_round) == 2
+    assert report["ratios"]["oxygen/sequential"]["action_hz"] == statistics.median(per_round)
+    assert report["ratio_spread"]["oxygen/sequential"]["action_hz"] == [min(per_round), max(per_round)]
     assert "exactness (oxygen vs sequential)" in capsys.readouterr().out
 
 
 def test_bench_rejects_unknown_mode(capsys):
     assert main(["bench", "--modes", "oxygen,turbo"]) == 2
     assert "turbo" in capsys.readouterr().err
+
+
+def test_round_sizes_split_the_frames_evenly():
+    assert round_sizes(10, 4) == [3, 3, 2, 2]
+    assert round_sizes(3, 8) == [1, 1, 1]          # never an empty round
+    assert sum(round_sizes(40, 8)) == 40
+
+
+def test_parallel_worker_holds_while_paused():
+    """Outside its rounds the parallel mode's language worker must not steal CPU from the others."""
+    from oxygen_ros.engine.bench.baselines import ParallelEngine
+    from oxygen_ros.engine.requests import LanguageRequest
+    from engine_fixtures import observation, tiny
+
+    model, tok = tiny()
+    eng = ParallelEngine(model, tok)
+    try:
+        eng.pause()
+        eng.submit(LanguageRequest("hello", "narration", 4, ignore_eos=True))
+        eng.step(observation(0))
+        time.sleep(0.5)
+        assert eng._out.empty(), "the worker decoded while paused"
+        eng.resume()
+        deadline = time.monotonic() + 10
+        while eng._out.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not eng._out.empty(), "the worker did not resume"
+    finally:
+        eng.close()

@@ -11,6 +11,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default="sequential,shared,oxygen,parallel",
                    help="comma-separated: sequential, shared, oxygen, parallel")
     p.add_argument("--frames", type=int, default=40, help="measured frames per mode")
+    p.add_argument("--rounds", type=int, default=8,
+                   help="interleaved rounds the measured frames are split into (modes take turns)")
     p.add_argument("--tokens", type=int, default=30, help="tokens per language request")
     p.add_argument("--steps-per-frame", type=int, default=1, help="decode steps k per frame")
     p.add_argument("--denoise-steps", type=int, default=0, help="flow-matching steps (0 = the profile's)")
@@ -36,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if bad or not modes:
         print(f"oxygen bench: unknown mode(s) {bad}; choose from {', '.join(bench.MODES)}", file=sys.stderr)
         return 2
-    if args.frames < 1 or args.tokens < 1 or args.steps_per_frame < 1 or args.denoise_steps < 0:
-        print("oxygen bench: --frames, --tokens and --steps-per-frame must be >= 1", file=sys.stderr)
+    if min(args.frames, args.tokens, args.steps_per_frame, args.rounds) < 1 or args.denoise_steps < 0:
+        print("oxygen bench: --frames, --rounds, --tokens and --steps-per-frame must be >= 1", file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.denoise_steps:
         model.set_action_schedule(denoise_steps=args.denoise_steps)
     settings = bench.BenchSettings(workload=args.workload, modes=modes, frames=args.frames,
-                                   tokens=args.tokens, steps_per_frame=args.steps_per_frame, seed=args.seed)
+                                   tokens=args.tokens, steps_per_frame=args.steps_per_frame, seed=args.seed,
+                                   rounds=args.rounds)
     if args.sweep:
         report = bench.run_sweep(model, tok, settings)
         worst = min(p["fraction_of_ideal"] for p in report["points"])

@@ -27,6 +27,7 @@ class IsolatedRunner(EngineBase):
     def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         super().__init__(model, tokenizer, config)
         self.pool = model.new_pool(1, self.config.slot_len(model))
+        self.gate: threading.Event | None = None    # when set: decoding waits while it is clear
 
     @torch.inference_mode()
     def action(self, obs: Observation, noise, timer: PhaseTimer | None = None) -> torch.Tensor:
@@ -55,6 +56,8 @@ class IsolatedRunner(EngineBase):
         done = self.accept_token(live, token, deltas)
         with timer("decode"):
             while not done:
+                if self.gate is not None:
+                    self.gate.wait()
                 nxt = self.model.decode(torch.tensor([live.tokens[-1]], device=self.model.device),
                                         self.pool, torch.tensor([live.length], device=self.model.device))
                 live.length += 1
@@ -95,6 +98,9 @@ class ParallelEngine(EngineBase):
         self._jobs: queue.Queue = queue.Queue()
         self._out: queue.Queue = queue.Queue()
         self._counted: dict[int, int] = {}
+        self._running = threading.Event()
+        self._running.set()
+        self.talker.gate = self._running
         self._thread = threading.Thread(target=self._work, daemon=True)
         self._thread.start()
 
@@ -103,6 +109,7 @@ class ParallelEngine(EngineBase):
             job = self._jobs.get()
             if job is None:
                 return
+            self._running.wait()
             obs, req = job
             deltas: list[TextDelta] = []
             self.talker.language(obs, req, deltas=deltas)
@@ -125,8 +132,16 @@ class ParallelEngine(EngineBase):
             self._counted[d.request_id] = d.token_count
         return _result(self, actions, deltas, timer, live=self._jobs.qsize(), kv=0)
 
+    def pause(self):
+        """Hold the language worker at its next token (the benchmark's other modes' rounds)."""
+        self._running.clear()
+
+    def resume(self):
+        self._running.set()
+
     def close(self):
         """Stop the worker; requests not yet started are dropped."""
+        self._running.set()
         while not self._jobs.empty():
             self._jobs.get_nowait()
         self._jobs.put(None)

@@ -1,9 +1,11 @@
 """Side-by-side benchmark of the execution modes on one model, in one run.
 
 Every mode sees the same observations, noise and requests (one new fixed-length
-language request per frame). Figures are taken in the steady state: each mode first
-runs warm-up frames until its pipeline holds its full batch, then `frames` frames are
-measured. Exactness compares oxygen with sequential (isolated) execution.
+language request per frame). All engines are built up front and warmed up until each
+pipeline holds its full batch; then the modes run in interleaved rounds of a few frames
+each, in rotation, so whatever else the machine does lands on every mode alike. Each
+round gives a ratio per mode; the table shows the median ratio over the rounds and its
+spread. Exactness compares oxygen with sequential (isolated) execution.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class BenchSettings:
     steps_per_frame: int = 1
     extra_warmup: int = 3
     seed: int = 0
+    rounds: int = 8          # measured frames split into this many interleaved rounds per mode
 
 
 def rss_bytes() -> int:
@@ -50,63 +53,104 @@ def warmup_frames(mode: str, s: BenchSettings) -> int:
     return s.extra_warmup
 
 
-def run_mode(mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises, log=print) -> dict:
-    shape = workload_shape(model, tok, s, len(frames))
-    # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
-    slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, model.cfg.expert.horizon)
-    cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
-                       max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
-                       seed=s.seed)
-    engine = MODES[mode](model, tok, cfg)
-    warm = warmup_frames(mode, s)
-    total = warm + s.frames
-    texts: dict[int, str] = {}
-    order: list[int] = []
-    actions: list[np.ndarray] = []
-    timings, tokens, peak = [], 0, 0
-    t_start = None
-    try:
-        for f in range(total):
-            if f == warm:
-                t_start = time.perf_counter()
-            order.append(engine.submit(LanguageRequest(BENCH_PROMPT, "narration", s.tokens, ignore_eos=True)))
-            res = engine.step(frames[f], noises[f])
-            actions.append(res.actions)
-            for d in res.finished:
-                texts[d.request_id] = d.full_text
-            if f >= warm:
-                timings.append(res.timings_ms)
-                tokens += res.tokens_emitted
-                peak = max(peak, rss_bytes())
-        wall = time.perf_counter() - t_start
-        # drain (unmeasured) so every request can be compared
-        f = total
-        while mode in ("oxygen", "shared") and (engine.live or engine.pending):
-            res = engine.step(frames[f % len(frames)], noises[f % len(noises)])
-            f += 1
-            for d in res.finished:
-                texts[d.request_id] = d.full_text
-    finally:
-        if mode == "parallel":
-            engine.close()
-    horizon = model.cfg.expert.horizon
-    med = {p: statistics.median(t[p] for t in timings) for p in PHASES}
-    totals = [t["total"] for t in timings]
-    kv = getattr(engine, "pool", None)
-    out = {
-        "warmup_frames": warm,
-        "action_hz": horizon * s.frames / wall,
-        "lang_tokens_per_s": tokens / wall,
-        "frame_ms_median": statistics.median(totals),
-        "frame_ms_p95": float(np.percentile(totals, 95)),
-        **{f"{p}_ms": med[p] for p in PHASES},
-        "peak_rss_bytes": peak,
-        "kv_bytes": kv.bytes_total if kv is not None else 0,
-        "kv_fraction_of_weights": (kv.bytes_total if kv is not None else 0) / model.weight_bytes(),
-    }
-    log(f"  {mode:<10} done: {out['action_hz']:.1f} actions/s, {out['lang_tokens_per_s']:.1f} tok/s",
-        file=sys.stderr)
-    return {"metrics": out, "texts": [texts.get(r) for r in order], "actions": actions}
+class ModeRun:
+    """One mode's engine, advanced a round at a time, with what its frames produced."""
+
+    def __init__(self, mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises):
+        shape = workload_shape(model, tok, s, len(frames))
+        # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
+        slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, model.cfg.expert.horizon)
+        cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
+                           max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
+                           seed=s.seed)
+        self.mode, self.model, self.s = mode, model, s
+        self.frames, self.noises = frames, noises
+        self.engine = MODES[mode](model, tok, cfg)
+        self.warm = warmup_frames(mode, s)
+        self.f = 0
+        self.texts: dict[int, str] = {}
+        self.order: list[int] = []
+        self.actions: list[np.ndarray] = []
+        self.timings: list[dict] = []
+        self.rounds: list[dict] = []          # per measured round: frames, wall_s, tokens
+        self.peak = 0
+        self._pause()
+
+    def _pause(self) -> None:
+        if isinstance(self.engine, ParallelEngine):
+            self.engine.pause()               # its language worker only runs in its own rounds
+
+    def _frame(self):
+        s, f = self.s, self.f
+        self.order.append(self.engine.submit(LanguageRequest(BENCH_PROMPT, "narration", s.tokens,
+                                                             ignore_eos=True)))
+        res = self.engine.step(self.frames[f], self.noises[f])
+        self.f += 1
+        self.actions.append(res.actions)
+        for d in res.finished:
+            self.texts[d.request_id] = d.full_text
+        return res
+
+    def warm_up(self) -> None:
+        if isinstance(self.engine, ParallelEngine):
+            self.engine.resume()
+        for _ in range(self.warm):
+            self._frame()
+        self._pause()
+
+    def run_round(self, n: int) -> None:
+        if isinstance(self.engine, ParallelEngine):
+            self.engine.resume()
+        tokens = 0
+        t0 = time.perf_counter()
+        for _ in range(n):
+            res = self._frame()
+            self.timings.append(res.timings_ms)
+            tokens += res.tokens_emitted
+        wall = time.perf_counter() - t0
+        self._pause()
+        self.peak = max(self.peak, rss_bytes())
+        horizon = self.model.cfg.expert.horizon
+        self.rounds.append({"frames": n, "wall_s": wall, "tokens": tokens,
+                            "action_hz": horizon * n / wall, "lang_tokens_per_s": tokens / wall})
+
+    def finish(self) -> None:
+        """Drain (unmeasured) so every request can be compared; stop the parallel worker."""
+        try:
+            while self.mode in ("oxygen", "shared") and (self.engine.live or self.engine.pending):
+                res = self.engine.step(self.frames[self.f % len(self.frames)],
+                                       self.noises[self.f % len(self.noises)])
+                self.f += 1
+                for d in res.finished:
+                    self.texts[d.request_id] = d.full_text
+        finally:
+            if isinstance(self.engine, ParallelEngine):
+                self.engine.close()
+
+    def metrics(self) -> dict:
+        wall = sum(r["wall_s"] for r in self.rounds)
+        frames = sum(r["frames"] for r in self.rounds)
+        med = {p: statistics.median(t[p] for t in self.timings) for p in PHASES}
+        totals = [t["total"] for t in self.timings]
+        kv = getattr(self.engine, "pool", None)
+        kv_bytes = kv.bytes_total if kv is not None else 0
+        return {
+            "warmup_frames": self.warm,
+            "action_hz": self.model.cfg.expert.horizon * frames / wall,
+            "lang_tokens_per_s": sum(r["tokens"] for r in self.rounds) / wall,
+            "frame_ms_median": statistics.median(totals),
+            "frame_ms_p95": float(np.percentile(totals, 95)),
+            **{f"{p}_ms": med[p] for p in PHASES},
+            "peak_rss_bytes": self.peak,
+            "kv_bytes": kv_bytes,
+            "kv_fraction_of_weights": kv_bytes / self.model.weight_bytes(),
+        }
+
+
+def round_sizes(frames: int, rounds: int) -> list[int]:
+    """`frames` split into `rounds` (at most `frames`) nearly equal rounds."""
+    rounds = max(1, min(rounds, frames))
+    return [frames // rounds + (1 if i < frames % rounds else 0) for i in range(rounds)]
 
 
 def run_bench(model: VLAModel, tok, s: BenchSettings, log=print) -> dict:
@@ -117,27 +161,48 @@ def run_bench(model: VLAModel, tok, s: BenchSettings, log=print) -> dict:
     gen = torch.Generator().manual_seed(s.seed + 1)
     e = model.cfg.expert
     noises = [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
-    runs = {}
-    for mode in s.modes:
-        log(f"running {mode} ({warmup_frames(mode, s)} warm-up + {s.frames} frames)...", file=sys.stderr)
-        runs[mode] = run_mode(mode, model, tok, s, frames, noises, log)
+    runs = {mode: ModeRun(mode, model, tok, s, frames, noises) for mode in s.modes}
+    try:
+        for mode, run in runs.items():
+            log(f"warming up {mode} ({run.warm} frames)...", file=sys.stderr)
+            run.warm_up()
+        sizes = round_sizes(s.frames, s.rounds)
+        modes = list(s.modes)
+        for i, n in enumerate(sizes):
+            order = modes[i % len(modes):] + modes[: i % len(modes)]    # rotate who goes first
+            for mode in order:
+                runs[mode].run_round(n)
+            log(f"round {i + 1}/{len(sizes)} ({n} frames per mode): " + ", ".join(
+                f"{m} {runs[m].rounds[-1]['action_hz']:.1f} act/s" for m in modes), file=sys.stderr)
+    finally:
+        for run in runs.values():
+            run.finish()
     report = {"settings": vars(s) | {"modes": list(s.modes)}, "model": model.cfg.name,
-              "modes": {m: r["metrics"] for m, r in runs.items()}}
+              "modes": {m: r.metrics() for m, r in runs.items()},
+              "rounds": {m: r.rounds for m, r in runs.items()}}
     base = runs.get("sequential")
     if base:
-        report["ratios"] = {
-            f"{m}/sequential": {k: runs[m]["metrics"][k] / base["metrics"][k]
-                                for k in ("action_hz", "lang_tokens_per_s")}
-            for m in runs if m != "sequential"}
+        report["round_ratios"], report["ratios"], report["ratio_spread"] = {}, {}, {}
+        for m, run in runs.items():
+            if m == "sequential":
+                continue
+            name = f"{m}/sequential"
+            per_round = {k: [r[k] / b[k] for r, b in zip(run.rounds, base.rounds)]
+                         for k in ("action_hz", "lang_tokens_per_s")}
+            report["round_ratios"][name] = per_round
+            report["ratios"][name] = {k: statistics.median(v) for k, v in per_round.items()}
+            report["ratio_spread"][name] = {k: [min(v), max(v)] for k, v in per_round.items()}
     if base and "oxygen" in runs:
         report["exactness"] = exactness(runs["oxygen"], base)
     return report
 
 
-def exactness(run: dict, reference: dict) -> dict:
-    pairs = [(a, b) for a, b in zip(run["texts"], reference["texts"]) if a is not None and b is not None]
-    n = min(len(run["actions"]), len(reference["actions"]))
-    diff = max(float(np.abs(run["actions"][i] - reference["actions"][i]).max()) for i in range(n))
+def exactness(run: ModeRun, reference: ModeRun) -> dict:
+    texts = [run.texts.get(r) for r in run.order]
+    ref_texts = [reference.texts.get(r) for r in reference.order]
+    pairs = [(a, b) for a, b in zip(texts, ref_texts) if a is not None and b is not None]
+    n = min(len(run.actions), len(reference.actions))
+    diff = max(float(np.abs(run.actions[i] - reference.actions[i]).max()) for i in range(n))
     return {"requests_compared": len(pairs),
             "text_mismatched_requests": sum(a != b for a, b in pairs),
             "max_action_abs_diff": diff}
@@ -157,8 +222,13 @@ def format_table(report: dict) -> str:
             row += f"{v:>{w}.{prec}f}"
         lines.append(row + f"  {m['warmup_frames']:>7}")
     lines.append("(times in ms: median per frame; phases of the measured frames)")
+    rounds = len(next(iter(report["rounds"].values()), []))
+    if report.get("ratios"):
+        lines.append(f"ratios: median over {rounds} interleaved rounds [min - max]")
     for name, r in report.get("ratios", {}).items():
-        lines.append(f"{name:<20} action_hz x{r['action_hz']:.2f}   lang_tokens_per_s x{r['lang_tokens_per_s']:.2f}")
+        lo, hi = (report["ratio_spread"][name][k] for k in ("action_hz", "lang_tokens_per_s"))
+        lines.append(f"{name:<20} action_hz x{r['action_hz']:.2f} [{lo[0]:.2f}-{lo[1]:.2f}]   "
+                     f"lang_tokens_per_s x{r['lang_tokens_per_s']:.2f} [{hi[0]:.2f}-{hi[1]:.2f}]")
     if "exactness" in report:
         e = report["exactness"]
         lines.append(f"exactness (oxygen vs sequential): {e['requests_compared']} requests compared, "
@@ -272,7 +342,8 @@ def run_sweep(model: VLAModel, tok, s: BenchSettings, grid=SWEEP_GRID, log=print
                     if k > tokens:
                         continue
                     ps = BenchSettings(workload=s.workload, modes=("sequential", "oxygen"), frames=s.frames,
-                                       tokens=tokens, steps_per_frame=k, extra_warmup=s.extra_warmup, seed=s.seed)
+                                       tokens=tokens, steps_per_frame=k, extra_warmup=s.extra_warmup, seed=s.seed,
+                                       rounds=s.rounds)
                     rep = run_bench(model, tok, ps, log=lambda *a, **kw: None)
                     seq, ox = rep["modes"]["sequential"], rep["modes"]["oxygen"]
                     phase_sum = sum(ox[f"{p}_ms"] for p in PHASES)
