@@ -76,7 +76,8 @@ def test_thor_profile_is_complete_commented_and_fits_pi05():
 
     spec = specs()
     p = profile(THOR)
-    assert set(p) == set(spec), f"missing: {sorted(set(spec) - set(p))}"
+    required = {k for k, s in spec.items() if s.required}   # optional arrays may stay commented out
+    assert required <= set(p), f"missing: {sorted(required - set(p))}"
     assert (p["model"], p["dtype"]) == ("pi05", "bfloat16") and p["device"].startswith("cuda")
     assert p["control_rate_hz"] == 30.0 and p["autostart"] is False
     assert len(p["camera_topics"]) == len(PI05.camera_slots) == 3

@@ -19,12 +19,18 @@ class Observation:
     images: camera slot name -> HxWx3 uint8 RGB array; a slot that is absent or None is
       masked (pi0.5 masks missing cameras).
     state: proprioception normalised to [-1, 1] (values outside are clipped).
+    pixels, prompt_ids: the model inputs already made by a checkpoint's policy I/O
+      (engine/policy_io): pixels [N, 3, S, S] in [-1, 1] for the present cameras in slot
+      order, prompt_ids the prefix tokens with BOS. When set they replace what `images`,
+      `state` and `instruction` would give (the engine's own generic rules below).
     """
     images: dict[str, np.ndarray | None]
     state: np.ndarray
     instruction: str
     stamp: float = 0.0
     extra: dict = field(default_factory=dict)
+    pixels: torch.Tensor | None = None
+    prompt_ids: list[int] | None = None
 
 
 def image_tensor(img: np.ndarray, size: int) -> torch.Tensor:

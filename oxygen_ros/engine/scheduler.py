@@ -18,7 +18,7 @@ import torch
 from .decode_graphs import DecodeStep
 from .frame import FrameResult, PhaseTimer
 from .model.vla import VLAModel
-from .observation import Observation, camera_batch, prefix_text
+from .observation import Observation, ObservationError, camera_batch, prefix_text
 from .requests import LanguageRequest, RequestRejected, TextDelta
 from .tokenizer import TextStream, Tokenizer
 from .transfer import to_device
@@ -94,8 +94,15 @@ class EngineBase:
     def prefix_embeddings(self, obs: Observation, timer: PhaseTimer) -> torch.Tensor:
         cfg = self.model.cfg
         with timer("vision"):
-            images = camera_batch(obs, cfg.camera_slots, cfg.vision.image_size)
-            ids = self.tok.encode(prefix_text(obs.instruction, obs.state), add_bos=True)
+            size = cfg.vision.image_size
+            if obs.pixels is not None:
+                images = obs.pixels
+                if images.ndim != 4 or tuple(images.shape[1:]) != (3, size, size):
+                    raise ObservationError(f"pixels must be [N, 3, {size}, {size}], got {list(images.shape)}")
+            else:
+                images = camera_batch(obs, cfg.camera_slots, size)
+            ids = (obs.prompt_ids if obs.prompt_ids is not None
+                   else self.tok.encode(prefix_text(obs.instruction, obs.state), add_bos=True))
             if len(ids) > cfg.max_prompt_tokens:
                 raise ValueError(f"instruction + state take {len(ids)} tokens, the limit is {cfg.max_prompt_tokens}")
             return self.model.embed_prefix(images, ids)

@@ -37,6 +37,7 @@ def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, cou
         "skipped_ticks": loop["skipped_ticks"], "ticks_without_chunk": loop["no_chunk_ticks"],
         "frame_errors": loop["frame_errors"], "decode_budget_steps": loop.get("decode_budget", 0),
         "decode_steps_last_frame": loop.get("decode_steps", 0),
+        "chunk_points_clipped": loop.get("clipped_points", 0),   # by the joint-limit envelope
     }
     statuses = [_status(f"{node_name}: control loop", model, level, msg, loop_values)]
 

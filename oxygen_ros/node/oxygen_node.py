@@ -40,7 +40,8 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from ..engine.observation import Observation, ObservationError
+from ..engine.observation import ObservationError
+from ..engine.policy_io import PolicyIOError
 from ..engine.requests import LanguageRequest, RequestRejected
 from . import diagnostics, qos
 from . import params as node_params
@@ -61,7 +62,9 @@ LOG_THROTTLE_S = 2.0
 class _Runtime:
     """Everything on_configure creates and on_cleanup frees."""
     p: dict
-    joints: JointSpace
+    joints: JointSpace                 # the state's joints (read from joint states)
+    action_joints: JointSpace          # the joints the action dimensions drive; the envelope
+    policy: object                     # engine.policy_io LimitsIO | PolicyIO
     model: object
     tok: object
     engine: object
@@ -78,6 +81,7 @@ class _Runtime:
     diag_pub: object = None
     stream_live: dict = field(default_factory=lambda: {"narration": None, "memory": None})
     skipped_requests: dict = field(default_factory=lambda: {"narration": 0, "memory": 0})
+    clipped_points: int = 0            # published chunk points clipped into the joint limits
 
 
 class OxygenNode(LifecycleNode):
@@ -141,14 +145,17 @@ class OxygenNode(LifecycleNode):
         self.get_logger().info(
             f"configured in {time.monotonic() - t0:.1f} s: model {rt.p['model']}, KV pool "
             f"{rt.engine.pool.bytes_total / 2**20:.1f} MiB, {len(rt.cameras)} camera(s) -> "
-            f"{list(rt.cameras.values())}, {len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz")
+            f"{list(rt.cameras.values())}, {len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz, "
+            f"policy I/O {rt.policy.convention} ({rt.policy.action_dims} action dims -> "
+            f"{list(rt.action_joints.names)})")
         return super().on_configure(state)
 
     def _configure(self) -> _Runtime:
-        from .params import build_engine
+        from .params import build_engine, build_policy_io
 
         p = node_params.read(self)
         joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
+        action_joints = self._action_joints(p, joints)
         topics = p["camera_topics"]
         if len(set(topics)) != len(topics):
             raise ValueError(f"camera_topics has duplicates: {topics}")
@@ -157,13 +164,11 @@ class OxygenNode(LifecycleNode):
         if len(topics) > len(cfg.camera_slots):
             raise ValueError(f"{len(topics)} camera_topics but model {cfg.name} has "
                              f"{len(cfg.camera_slots)} camera slots {list(cfg.camera_slots)}")
-        if len(joints.names) > cfg.expert.action_dim:
-            raise ValueError(f"{len(joints.names)} joints but the model's actions have "
-                             f"{cfg.expert.action_dim} dimensions")
+        policy = build_policy_io(p, model, tok, joints, action_joints)
         resolve = lambda t: self.resolve_topic_name(t)  # noqa: E731
         cameras = {resolve(t): slot for t, slot in zip(topics, cfg.camera_slots)}
         joint_input = resolve(p["joint_state_topic"])
-        rt = _Runtime(p=p, joints=joints, model=model, tok=tok, engine=engine,
+        rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy, model=model, tok=tok, engine=engine,
                       period_s=1.0 / p["control_rate_hz"], cameras=cameras, joint_input=joint_input,
                       monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                            p["input_problem_hold_s"]),
@@ -192,6 +197,19 @@ class OxygenNode(LifecycleNode):
                                      callback_group=self._diag_group,
                                      clock=Clock(clock_type=ClockType.STEADY_TIME))
         return rt
+
+    @staticmethod
+    def _action_joints(p: dict, joints: JointSpace) -> JointSpace:
+        """action_joint_names with their limits (given, else the state joints' of the same name)."""
+        names = p["action_joint_names"] or list(joints.names)
+        if p["action_lower_limits"] or p["action_upper_limits"]:
+            return JointSpace.from_lists(names, p["action_lower_limits"], p["action_upper_limits"], "action")
+        unknown = [n for n in names if n not in joints.names]
+        if unknown:
+            raise ValueError(f"action joints {unknown} are not in joint_names: set action_lower_limits "
+                             "and action_upper_limits for action_joint_names")
+        index = [joints.names.index(n) for n in names]
+        return JointSpace.from_lists(names, joints.lower[index], joints.upper[index], "action")
 
     def on_activate(self, state) -> TransitionCallbackReturn:
         ret = super().on_activate(state)     # enables the lifecycle publishers
@@ -311,7 +329,7 @@ class OxygenNode(LifecycleNode):
             return
         name = rt.joint_input
         try:
-            state = rt.joints.normalise(joint_positions(msg, list(rt.joints.names)))
+            state = joint_positions(msg, list(rt.joints.names))
         except InputError as e:
             rt.monitor.reject(name, str(e))
             self._log(name).warning(f"{name}: joint state rejected: {e}",
@@ -357,10 +375,15 @@ class OxygenNode(LifecycleNode):
         images = self._frame_images(rt, snap)
         if images is None:
             return
+        state = snap.values[rt.joint_input]
+        try:
+            obs = rt.policy.observation(images, state, live["instruction"], snap.stamp_ns / 1e9)
+        except PolicyIOError as e:
+            rt.stats.no_chunk(f"observation rejected by the policy I/O: {e}", error=True)
+            self._log("observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
+                                           throttle_duration_sec=LOG_THROTTLE_S)
+            return
         self._submit_requests(rt, live)
-        obs = Observation(images=images,
-                          state=snap.values[rt.joint_input], instruction=live["instruction"],
-                          stamp=snap.stamp_ns / 1e9)
         try:
             result = rt.engine.step(obs)
         except (ObservationError, ValueError) as e:
@@ -368,7 +391,7 @@ class OxygenNode(LifecycleNode):
             self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
                                            throttle_duration_sec=LOG_THROTTLE_S)
             return
-        self._publish(rt, result, now, snap.stamp_ns, live)
+        self._publish(rt, result, state, now, snap.stamp_ns, live)
 
     def _submit_requests(self, rt: _Runtime, live: dict) -> None:
         engine = rt.engine
@@ -392,10 +415,16 @@ class OxygenNode(LifecycleNode):
                 rt.skipped_requests[stream] += 1
                 self._log(stream).warning(f"{stream} request skipped: {e}", throttle_duration_sec=LOG_THROTTLE_S)
 
-    def _publish(self, rt: _Runtime, result, now, obs_stamp_ns: int, live: dict) -> None:
+    def _publish(self, rt: _Runtime, result, state, now, obs_stamp_ns: int, live: dict) -> None:
         dt = live["action_period_s"] or rt.period_s
-        positions = rt.joints.denormalise(result.actions)
-        rt.pubs["trajectory"].publish(trajectory_msg(rt.joints.names, positions, dt, now.to_msg()))
+        actions = rt.policy.actions(result.actions, state)[: live["chunk_points"] or None]
+        positions, clipped = rt.action_joints.clip(actions)
+        if clipped:
+            rt.clipped_points += clipped
+            self._log("envelope").warning(
+                f"{clipped} of {len(positions)} chunk points clipped into the joint limits "
+                f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+        rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, positions, dt, now.to_msg()))
 
         ms = result.timings_ms
         missed = ms["total"] > rt.period_s * 1e3
@@ -488,7 +517,7 @@ class OxygenNode(LifecycleNode):
         }
         arr = diagnostics.build(
             self.get_fully_qualified_name(), self.get_clock().now().to_msg(), self._state,
-            rt.p["model"], rt.stats.snapshot(), rt.monitor.snapshot(), rt.monitor.counts(), language,
+            rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points}, rt.monitor.snapshot(), rt.monitor.counts(), language,
             rt.period_s)
         rt.diag_pub.publish(arr)
 

@@ -17,6 +17,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.parameter import Parameter
 
 from . import prompts   # model-agnostic defaults; params files set a profile's prompts
+from .joint_space import JointSpace
 
 @dataclass(frozen=True)
 class Spec:
@@ -25,6 +26,7 @@ class Spec:
     when: str                  # "start" | "configure" | "live"
     description: str
     range: tuple | None = None  # (low, high) inclusive
+    required: bool = True       # False: an array with no default reads as [] when unset
 
 
 SPECS = [
@@ -67,15 +69,45 @@ SPECS = [
     Spec("joint_names", Parameter.Type.STRING_ARRAY, "configure",
          "Joints of the state and the trajectory, matched by name in joint states (any order)."),
     Spec("joint_lower_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
-         "Per joint lower limit: maps to -1 in the model's normalised state and actions."),
+         "Per joint lower limit: the safety envelope of published positions (and -1 of the "
+         "`limits` convention's normalisation)."),
     Spec("joint_upper_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
-         "Per joint upper limit: maps to +1 in the model's normalised state and actions."),
+         "Per joint upper limit: the safety envelope of published positions (and +1 of the "
+         "`limits` convention's normalisation)."),
+    Spec("action_joint_names", Parameter.Type.STRING_ARRAY, "configure",
+         "Joints the action dimensions drive, in order, when they differ from joint_names "
+         "(grippers, hands); empty: joint_names.", required=False),
+    Spec("action_lower_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Lower limits of action_joint_names; empty: their joint_lower_limits.", required=False),
+    Spec("action_upper_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Upper limits of action_joint_names; empty: their joint_upper_limits.", required=False),
     Spec("trajectory_topic", "joint_trajectory", "configure",
          "trajectory_msgs/JointTrajectory output: one action chunk per frame."),
     Spec("frame_timing_topic", "frame_timing", "configure", "oxygen_msgs/FrameTiming output."),
     Spec("narration_topic", "narration", "configure", "TextChunk stream of narrations."),
     Spec("memory_topic", "memory", "configure", "TextChunk stream of memory entries (transient-local)."),
     Spec("answer_topic", "answer", "configure", "TextChunk stream of answers to progress questions."),
+    # -- policy I/O (engine/policy_io; docs/pi05.md) ---------------------------------------
+    Spec("policy_io", "auto", "configure",
+         "Robot <-> model conventions: auto (pi05 checkpoints: their own, openpi or lerobot; "
+         "otherwise limits) | limits | openpi | lerobot."),
+    Spec("norm_stats_path", "", "configure",
+         "Statistics file used instead of the checkpoint's: openpi norm_stats.json or LeRobot "
+         "normalizer .safetensors; empty: the checkpoint's own."),
+    Spec("asset_id", "", "configure", "openpi asset folder under assets/; empty: the checkpoint's."),
+    Spec("normalization", "", "configure",
+         "quantile | mean_std | none; empty: what the checkpoint says (pi0.5: quantile)."),
+    Spec("state_in_prompt", "auto", "configure",
+         "Discretised state in the prompt: auto (the checkpoint's config) | true | false."),
+    Spec("action_dims", 0, "configure",
+         "Action dimensions the robot uses (the first N of the model's); 0: the checkpoint's.",
+         (0, 1024)),
+    Spec("delta_action_mask", Parameter.Type.BOOL_ARRAY, "configure",
+         "Per action dimension: true = the model predicts a delta from the state (made "
+         "absolute before publishing); empty: all absolute.", required=False),
+    Spec("chunk_points", 0, "live",
+         "Points of each action chunk published; 0: the whole chunk (the checkpoint's horizon).",
+         (0, 10000)),
     # -- language --------------------------------------------------------------------------
     Spec("narration_every_n_frames", 10, "live", "Start a narration every N frames; 0 = off.",
          (0, 1_000_000)),
@@ -133,6 +165,9 @@ def read(node, names=None) -> dict:
     out = {}
     for name in names or SPEC:
         p = node.get_parameter_or(name, None)
+        if (p is None or p.type_ == Parameter.Type.NOT_SET) and not SPEC[name].required:
+            out[name] = []
+            continue
         if p is None or p.type_ == Parameter.Type.NOT_SET:
             raise ValueError(f"parameter {name} is not set (it has no default; set it in the params file)")
         out[name] = list(p.value) if isinstance(p.value, (list, tuple, array.array)) else p.value
@@ -161,3 +196,49 @@ def build_engine(p: dict):
                        period_s=1.0 / p["control_rate_hz"], seed=p["seed"], cuda_graphs=p["cuda_graphs"],
                        cameras=min(len(p["camera_topics"]), len(model.cfg.camera_slots)))
     return model, tok, OxygenEngine(model, tok, cfg)
+
+
+def choose_policy_io(p: dict) -> str:
+    """The policy I/O convention the parameters ask for ("auto" resolved)."""
+    if p["policy_io"] not in ("auto", "limits", "openpi", "lerobot"):
+        raise ValueError(f"policy_io must be auto, limits, openpi or lerobot, got {p['policy_io']!r}")
+    if p["policy_io"] != "auto":
+        return p["policy_io"]
+    return "checkpoint" if p["model"] in ("pi05", "pi05-quarter") and p["checkpoint"] else "limits"
+
+
+def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace):
+    """The LimitsIO or PolicyIO the parameters ask for, checked against the model and joints
+    with a dry run (so a mismatch fails configure, not every frame)."""
+    import numpy as np
+
+    from ..engine.policy_io import LimitsIO, load_policy_io
+
+    cfg = model.cfg
+    convention = choose_policy_io(p)
+    if convention == "limits":
+        io = LimitsIO.from_limits(state.lower, state.upper, actions.lower, actions.upper, cfg.expert.horizon)
+    else:
+        if not p["checkpoint"]:
+            raise ValueError(f"policy_io {convention} reads the checkpoint directory: set checkpoint")
+        if p["state_in_prompt"] not in ("auto", "true", "false"):
+            raise ValueError(f"state_in_prompt must be auto, true or false, got {p['state_in_prompt']!r}")
+        io = load_policy_io(
+            p["checkpoint"], "auto" if convention == "checkpoint" else convention,
+            asset_id=p["asset_id"] or None, normalization=p["normalization"] or None,
+            action_dims=p["action_dims"] or None,
+            state_in_prompt={"auto": None, "true": True, "false": False}[p["state_in_prompt"]],
+            delta_action_mask=list(p["delta_action_mask"]) or None, image_size=cfg.vision.image_size,
+            stats_path=p["norm_stats_path"] or None)
+        io.tokenizer, io.max_prompt_tokens = tok, cfg.max_prompt_tokens
+    if io.action_dims > cfg.expert.action_dim:
+        raise ValueError(f"the policy uses {io.action_dims} action dimensions but the model's actions "
+                         f"have {cfg.expert.action_dim}")
+    if io.action_dims != len(actions.names):
+        raise ValueError(f"the {io.convention} policy I/O gives {io.action_dims} action dimensions but "
+                         f"{len(actions.names)} action joints are named ({list(actions.names)}): set "
+                         "action_joint_names (and limits) or action_dims to match")
+    zeros = np.zeros(len(state.names))
+    io.observation({}, zeros, p["instruction"])
+    io.actions(np.zeros((cfg.expert.horizon, cfg.expert.action_dim), np.float32), zeros)
+    return io

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .errors import PolicyIOError
 from .images import SLOTS
+from .limits import LimitsIO
 from .policy import PolicyIO, load_policy_io
 
-__all__ = ["PolicyIO", "PolicyIOError", "SLOTS", "load_policy_io"]
+__all__ = ["LimitsIO", "PolicyIO", "PolicyIOError", "SLOTS", "load_policy_io"]

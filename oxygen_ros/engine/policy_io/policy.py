@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..observation import Observation
 from . import checkpoint as ckpt
 from .deltas import to_absolute
 from .errors import PolicyIOError
 from .images import camera_pixels
 from .normalize import normalize, unnormalize
 from .prompt import MAX_PROMPT_TOKENS, discretize, encode_prompt, state_prompt, stateless_prompt
-from .stats import LEROBOT_EPS, FoundStats, read_lerobot, read_openpi
+from .stats import LEROBOT_EPS, FoundStats, read_lerobot, read_openpi, read_stats_file
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,12 @@ class PolicyIO:
             raise PolicyIOError("no tokenizer: pass one or set PolicyIO.tokenizer")
         return encode_prompt(tokenizer, task, self._bins(task, state), self.max_prompt_tokens)
 
+    def observation(self, images: dict, state, task: str, stamp: float = 0.0) -> Observation:
+        """The engine's input for one frame: pixels and prompt ids made by this checkpoint's rules."""
+        pixels, _ = self.images(images)
+        return Observation(images={}, state=np.asarray(state, np.float64), instruction=task, stamp=stamp,
+                           pixels=pixels, prompt_ids=self.prompt_tokens(task, state))
+
     def actions(self, chunk, state=None) -> np.ndarray:
         """Model chunk [H, >= action_dims] (normalized) -> robot actions [H, action_dims], float64."""
         if isinstance(chunk, torch.Tensor):
@@ -166,8 +173,12 @@ def _require(found: FoundStats, mode: str, convention: str, action_dims: int) ->
 def load_policy_io(checkpoint_dir: str | os.PathLike, convention: str = "auto", *,
                    asset_id: str | None = None, normalization: str | None = None,
                    action_dims: int | None = None, state_in_prompt: bool | None = None,
-                   delta_action_mask: list[bool] | None = None, image_size: int = 224) -> PolicyIO:
-    """Read a checkpoint directory's own files into its PolicyIO; every default comes from them."""
+                   delta_action_mask: list[bool] | None = None, image_size: int = 224,
+                   stats_path: str | os.PathLike | None = None) -> PolicyIO:
+    """Read a checkpoint directory's own files into its PolicyIO; every default comes from them.
+
+    stats_path: a statistics file used instead of the checkpoint's (see stats.read_stats_file),
+    e.g. for LeRobot base checkpoints, which ship none."""
     root = ckpt.checkpoint_root(checkpoint_dir)
     if convention == "auto":
         convention = ckpt.detect_convention(root)
@@ -179,6 +190,8 @@ def load_policy_io(checkpoint_dir: str | os.PathLike, convention: str = "auto", 
         raise PolicyIOError(f"image_size must be a positive int, got {image_size!r}")
     config = ckpt.read_json(root / ckpt.CONFIG_FILE)
     found = read_openpi(root, asset_id, config) if convention == "openpi" else read_lerobot(root, config)
+    if stats_path:
+        found = read_stats_file(stats_path, found)
     if normalization is None:
         if found.mode_problem:
             raise PolicyIOError(f"{found.mode_problem}; pass normalization= to choose one")

@@ -56,6 +56,37 @@ def _vectors(entry, where: str) -> dict[str, np.ndarray]:
     return out
 
 
+def _openpi_file(path: Path, found: FoundStats) -> None:
+    stats = read_json(path).get("norm_stats")
+    if not isinstance(stats, dict):
+        raise PolicyIOError(f"{path} has no 'norm_stats' object")
+    found.state = _vectors(stats.get("state"), f"{path} state")
+    found.actions = _vectors(stats.get("actions"), f"{path} actions")
+    found.files.append(path)
+
+
+def read_stats_file(path: str | Path, found: FoundStats) -> FoundStats:
+    """A user's statistics file in place of the checkpoint's: openpi's norm_stats.json
+    format (.json) or LeRobot's flat `observation.state.<stat>` / `action.<stat>` tensors
+    (.safetensors). The checkpoint's normalization mode and eps in `found` are kept."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise PolicyIOError(f"statistics file {path} does not exist")
+    found.state, found.actions, found.files = {}, {}, []
+    found.looked_for, found.problem = [str(path)], None
+    if path.suffix == ".json":
+        _openpi_file(path, found)
+    elif path.suffix == ".safetensors":
+        grouped = _load_grouped(path)
+        found.state = grouped.get("observation.state", {})
+        found.actions = grouped.get("action", {})
+        found.files.append(path)
+    else:
+        raise PolicyIOError(f"statistics file {path}: expected openpi's norm_stats.json (.json) or "
+                            "LeRobot's normalizer tensors (.safetensors)")
+    return found
+
+
 def read_openpi(root: Path, asset_id: str | None, config: dict) -> FoundStats:
     """Asset id: the argument, else the config's (ASSET_ID_KEYS), else the only asset folder."""
     quantile = lookup(config, "use_quantile_norm", "data.use_quantile_norm")
@@ -80,12 +111,7 @@ def read_openpi(root: Path, asset_id: str | None, config: dict) -> FoundStats:
         found.problem = f"{path} does not exist" + (
             f" (asset folders with statistics: {', '.join(available)})" if available else "")
         return found
-    stats = read_json(path).get("norm_stats")
-    if not isinstance(stats, dict):
-        raise PolicyIOError(f"{path} has no 'norm_stats' object")
-    found.state = _vectors(stats.get("state"), f"{path} state")
-    found.actions = _vectors(stats.get("actions"), f"{path} actions")
-    found.files.append(path)
+    _openpi_file(path, found)
     return found
 
 
