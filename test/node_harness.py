@@ -33,17 +33,19 @@ def tiny_params(**overrides) -> dict:
 class NodeProcess:
     """One oxygen_node process; `stop()` ends it (SIGINT, then SIGKILL) and returns its log."""
 
-    def __init__(self, params: dict, workdir: Path):
+    def __init__(self, params: dict, workdir: Path, script: Path | None = None, env: dict | None = None):
         self.namespace = f"/t_{uuid.uuid4().hex[:8]}"
         self.name = f"{self.namespace}/oxygen_node"
         self.params_file = workdir / "params.yaml"
         self.params_file.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
         self.log_path = workdir / "node.log"
         self._log = open(self.log_path, "w")
-        cmd = [sys.executable, "-m", "oxygen_ros.node", "--ros-args",
+        # script: a program that starts the node its own way (e.g. a toy-sized profile)
+        program = [str(script)] if script is not None else ["-m", "oxygen_ros.node"]
+        cmd = [sys.executable, *program, "--ros-args",
                "--params-file", str(self.params_file), "-r", f"__ns:={self.namespace}"]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=peer_env(), cwd=ROOT)
+                                     stdin=subprocess.DEVNULL, env={**peer_env(), **(env or {})}, cwd=ROOT)
         self.exit_code = None
 
     def topic(self, name: str) -> str:
@@ -76,10 +78,10 @@ def node_processes():
     stopped (also when the body raised) and its log printed (pytest shows it on failure)."""
     started = []
     with tempfile.TemporaryDirectory(prefix="oxygen_node_") as tmp:
-        def start(**overrides) -> NodeProcess:
+        def start(script=None, env=None, **overrides) -> NodeProcess:
             workdir = Path(tmp, str(len(started)))
             workdir.mkdir()
-            node = NodeProcess(tiny_params(**overrides), workdir)
+            node = NodeProcess(tiny_params(**overrides), workdir, script, env)
             started.append(node)
             return node
 

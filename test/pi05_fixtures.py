@@ -134,3 +134,70 @@ def write(tmp_path, tensors, config=None, name="ckpt"):
     if config is not None:
         (d / "config.json").write_text(json.dumps(config))
     return str(d)
+
+
+# -- policy I/O files next to the weights (openpi and LeRobot layouts) ---------------------
+def write_json(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def openpi_ckpt(root, state=None, actions=None, asset_id="robot", config=None):
+    """openpi PyTorch conversion layout: config.json + assets/<asset_id>/norm_stats.json."""
+    if config is not None:
+        write_json(root / "config.json", config)
+    stats = {}
+    if state is not None:
+        stats["state"] = state
+    if actions is not None:
+        stats["actions"] = actions
+    if asset_id is not None:
+        write_json(root / "assets" / asset_id / "norm_stats.json", {"norm_stats": stats})
+    else:
+        (root / "assets").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+NORMALIZER_FILE = "policy_preprocessor_step_2_normalizer_processor.safetensors"
+UNNORMALIZER_FILE = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+
+
+def lerobot_ckpt(root, state=None, actions=None, norm_map=None, eps=None, config=None,
+                 write_unnormalizer_file=True):
+    """LeRobot layout: config.json, policy_{pre,post}processor.json and the normalizer's
+    .safetensors named by each step's state_file (keys `<feature>.<stat>`)."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_json(root / "config.json", config if config is not None else {
+        "type": "pi05", "chunk_size": 50, "n_action_steps": 50, "num_inference_steps": 10,
+        "output_features": {"action": {"type": "ACTION", "shape": [3]}}})
+
+    def step(registry, stats_for, file, write_file=True):
+        cfg = {"eps": eps if eps is not None else 1e-8,
+               "features": {} if not stats_for else {
+                   "observation.state": {"type": "STATE", "shape": [2]},
+                   "action": {"type": "ACTION", "shape": [3]}}}
+        if norm_map is not None:
+            cfg["norm_map"] = norm_map
+        entry = {"registry_name": registry, "config": cfg}
+        if stats_for:
+            tensors = {f"{key}.{name}": torch.tensor(v, dtype=torch.float32)
+                       for key, stats in stats_for.items() for name, v in stats.items()}
+            if write_file:
+                save_file(tensors, str(root / file))
+            entry["state_file"] = file
+        return entry
+
+    pre_stats = {}
+    if state is not None:
+        pre_stats["observation.state"] = state
+    if actions is not None:
+        pre_stats["action"] = actions
+    write_json(root / "policy_preprocessor.json", {"name": "policy_preprocessor", "steps": [
+        {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+        {"registry_name": "to_batch_processor", "config": {}},
+        step("normalizer_processor", pre_stats, NORMALIZER_FILE)]})
+    post_stats = {"action": actions} if actions is not None else {}
+    write_json(root / "policy_postprocessor.json", {"name": "policy_postprocessor", "steps": [
+        step("unnormalizer_processor", post_stats, UNNORMALIZER_FILE, write_unnormalizer_file),
+        {"registry_name": "device_processor", "config": {"device": "cpu"}}]})
+    return root

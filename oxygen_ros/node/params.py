@@ -239,6 +239,7 @@ def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace)
                          f"{len(actions.names)} action joints are named ({list(actions.names)}): set "
                          "action_joint_names (and limits) or action_dims to match")
     zeros = np.zeros(len(state.names))
-    io.observation({}, zeros, p["instruction"])
+    size = cfg.vision.image_size
+    io.observation({cfg.camera_slots[0]: np.zeros((size, size, 3), np.uint8)}, zeros, p["instruction"])
     io.actions(np.zeros((cfg.expert.horizon, cfg.expert.action_dim), np.float32), zeros)
     return io
