@@ -17,6 +17,7 @@ import sys
 COMMANDS = [
     ("info", "oxygen_ros.commands.info", "show versions and whether the ROS/torch stack imports"),
     ("bench", "oxygen_ros.commands.bench", "benchmark sequential, shared, oxygen and parallel execution side by side"),
+    ("checkpoint", "oxygen_ros.commands.checkpoint", "check a pi0.5 checkpoint directory: layout, dims, horizon, statistics, prompt format"),
     ("generate", "oxygen_ros.commands.generate", "greedy text from a model's language backbone alone (no images)"),
     ("record", "oxygen_ros.commands.record", "record the node's chunks, text, timing and diagnostics into a rosbag2 (MCAP) bag"),
     ("report", "oxygen_ros.commands.report", "summarise a recorded bag: JSON timing/latency summary and a PNG timeline"),

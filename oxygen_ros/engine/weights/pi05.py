@@ -280,6 +280,40 @@ def _check_tied(f, embed: str, head: str, chunk_bytes: int = 64 << 20) -> None:
                                   "backbone ties its LM head to the token embeddings")
 
 
+def inspect_checkpoint(cfg: ModelConfig, checkpoint: str | os.PathLike) -> dict:
+    """What a pi0.5 checkpoint holds, from the safetensors header only (no weights read):
+    layout, tensor count, layer counts, widths, action dims, horizon and denoise steps,
+    and `problems`: why load_pi05 would refuse it with profile `cfg` (empty: it loads)."""
+    from safetensors import safe_open
+
+    file = resolve_weights(checkpoint)
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        shapes = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+    layout = detect_layout(shapes)
+    prefix = LAYOUT_PREFIX[layout]
+    problems = []
+    try:
+        cfg = adapt_config(cfg, shapes, layout, file.parent / "config.json")
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in VLAModel(cfg).state_dict().items()}
+        plan_load(cfg, shapes, layout, expected)
+    except CheckpointError as e:
+        problems.append(str(e))
+    embed = shapes.get(prefix + EMBED_TOKENS) or shapes.get(prefix + LM_HEAD) or (None, None)
+    names = set(shapes)
+    return {
+        "weights": str(file), "layout": layout, "tensors": len(shapes),
+        "bytes": file.stat().st_size,
+        "layers": {"vision": _layer_count(names, prefix + VISION + "encoder.layers."),
+                   "backbone": _layer_count(names, prefix + LANGUAGE + "layers."),
+                   "expert": _layer_count(names, prefix + EXPERT + "layers.")},
+        "vocab_size": embed[0], "backbone_width": embed[1],
+        "expert_width": (shapes.get(prefix + "action_in_proj.weight") or (None,))[0],
+        "model_action_dim": cfg.expert.action_dim, "horizon": cfg.expert.horizon,
+        "denoise_steps": cfg.expert.denoise_steps, "problems": problems,
+    }
+
+
 def empty_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> VLAModel:
     """A VLAModel with uninitialised parameters of the given dtype on the given device
     (no random init, no float32 copy); every parameter must then be filled."""
