@@ -55,8 +55,3 @@ class LimitsIO:
         the caller's safety envelope clips and counts)."""
         a = np.asarray(chunk, np.float64)[:, : self.action_dims]
         return self.action_lower + (a + 1.0) * 0.5 * (self.action_upper - self.action_lower)
-
-    def summary(self) -> dict:
-        return {"convention": "limits", "horizon": self.horizon, "action_dims": self.action_dims,
-                "state_dims": self.state_lower.size, "state_in_prompt": True,
-                "image_resize": "stretch to the model's square (antialiased bilinear)"}
