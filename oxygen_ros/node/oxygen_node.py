@@ -168,7 +168,8 @@ class OxygenNode(LifecycleNode):
         resolve = lambda t: self.resolve_topic_name(t)  # noqa: E731
         cameras = {resolve(t): slot for t, slot in zip(topics, cfg.camera_slots)}
         joint_input = resolve(p["joint_state_topic"])
-        rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy, model=model, tok=tok, engine=engine,
+        rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
+                      model=model, tok=tok, engine=engine,
                       period_s=1.0 / p["control_rate_hz"], cameras=cameras, joint_input=joint_input,
                       monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                            p["input_problem_hold_s"]),
@@ -517,8 +518,8 @@ class OxygenNode(LifecycleNode):
         }
         arr = diagnostics.build(
             self.get_fully_qualified_name(), self.get_clock().now().to_msg(), self._state,
-            rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points}, rt.monitor.snapshot(), rt.monitor.counts(), language,
-            rt.period_s)
+            rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
+            rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s)
         rt.diag_pub.publish(arr)
 
 
