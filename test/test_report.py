@@ -123,6 +123,32 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     assert img.shape[0] > 500 and img.shape[1] > 1000
     out = capsys.readouterr().out
     assert "20 in" in out and "10.00 Hz" in out and "deadline misses 2" in out
+    # 2 of 20 frames over their deadline (10%): the rate counts as not held, and it says so
+    assert s["rate_held"] is False
+    assert "RATE NOT HELD: 10.00 of 10.00 Hz, 2 of 20 frames (10.0%) over their 100 ms deadline" in out
+
+
+def test_rate_held_needs_the_rate_and_under_5_percent_misses():
+    from oxygen_ros.tools.bag_summary import rate_held
+
+    def summary(achieved, misses):
+        return {"chunks": {"achieved_rate_hz": achieved, "target_rate_hz": 2.0},
+                "frames": {"deadline_miss_fraction": misses}}
+
+    assert rate_held(summary(1.95, 0.0)) is True
+    assert rate_held(summary(1.85, 0.0)) is False          # under 95% of the target
+    assert rate_held(summary(2.0, 0.049)) is True
+    assert rate_held(summary(2.0, 0.05)) is False
+    assert rate_held(summary(None, 0.0)) is None
+
+
+def test_demo_rate_is_the_configured_one_or_what_the_slowest_frame_allows():
+    from oxygen_ros.tools.demo_rate import MARGIN, holdable_rate_hz
+
+    assert holdable_rate_hz([40.0, 50.0], 10.0) == 10.0                  # 1000/(1.6*50) = 12.5 Hz
+    assert holdable_rate_hz([700.0, 800.0], 2.0) == 0.75                 # 1000/(1.6*800) = 0.78
+    assert 1e3 / holdable_rate_hz([900.0], 2.0) >= MARGIN * 900.0        # the period keeps the headroom
+    assert holdable_rate_hz([1e6], 2.0) == 0.05                          # never zero
 
 
 def test_report_rejects_a_folder_without_a_bag(tmp_path, capsys):

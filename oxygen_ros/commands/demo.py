@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for the node's first frame (model loading)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random 1..100)")
     p.add_argument("--image-size", type=int, default=128, help="simulated camera image size")
+    p.add_argument("--rate", type=float, default=0.0, metavar="HZ",
+                   help="control rate; 0: measure a few frames first and use the params file's rate "
+                        "or the highest this machine holds, whichever is lower")
     p.add_argument("--camera-hz", type=float, default=0.0,
                    help="simulated camera rate (0: 3x the control rate, 5..15 Hz; the CPU runs the model too)")
 
@@ -71,6 +74,25 @@ def _prepare_weights(params: dict, say) -> None:
     say("checking the SmolLM2 weights cache (the first run converts the GGUF: tens of seconds) ...")
     cached = ensure_cached(params.get("checkpoint") or None, progress=sys.stdout)
     say(f"weights: {cached.weights} ({'converted now' if cached.converted else 'cached'})")
+
+
+def _choose_rate(args, params: dict, say) -> float:
+    """--rate, or the params file's rate lowered to what this machine holds (tools/demo_rate.py)."""
+    configured = float(params["control_rate_hz"])
+    if args.rate > 0:
+        say(f"control rate {args.rate:g} Hz (--rate; the params file says {configured:g} Hz)")
+        return args.rate
+    from oxygen_ros.tools.demo_rate import MARGIN, holdable_rate_hz, measure_frame_ms
+
+    say(f"measuring this machine: a few frames of model {params.get('model')} with "
+        f"{params.get('steps_per_frame')} decode steps per frame (--rate HZ skips this) ...")
+    frame_ms = measure_frame_ms(params, args.image_size)
+    rate = holdable_rate_hz(frame_ms, configured)
+    verdict = ("holds it" if rate == configured else
+               f"cannot hold {configured:g} Hz: running at {rate:g} Hz instead")
+    say(f"frames took {min(frame_ms):.0f}-{max(frame_ms):.0f} ms; with x{MARGIN:g} headroom for the "
+        f"robot, recorder and DDS, this machine {verdict} (params file: {configured:g} Hz)")
+    return rate
 
 
 def _wait_for_line(child, prefix: str, timeout: float, stop) -> bool:
@@ -119,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         _prepare_weights(params, say)      # nothing started yet: Ctrl-C simply ends it
+        params["control_rate_hz"] = _choose_rate(args, params, say)
     except KeyboardInterrupt:
         say("interrupted")
         say.close()
@@ -174,7 +197,7 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
             say(f"{name} did not start; its log:\n" + children.children[name].log_tail())
             return 130 if stop.is_set() else 1
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
-                            "-p", "autostart:=true"])
+                            "-p", "autostart:=true", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}"])
     say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
         + f"; logs in {children.log_dir}")
 

@@ -285,7 +285,22 @@ def summarize(data: RunData) -> dict:
         "requests": reqs,
         "topics": {t: {"type": ty, "messages": n} for t, (ty, n) in data.topics.items()},
     }
+    summary["rate_held"] = rate_held(summary)
     return _round(summary)
+
+
+# The rate counts as held when chunks came at >= 95% of the target rate and fewer than 5%
+# of the frames overran their period (one slow frame in a run is not a failure).
+HELD_RATE_FRACTION = 0.95
+HELD_MISS_FRACTION = 0.05
+
+
+def rate_held(s: dict) -> bool | None:
+    achieved, target = s["chunks"]["achieved_rate_hz"], s["chunks"]["target_rate_hz"]
+    misses = s["frames"]["deadline_miss_fraction"]
+    if achieved is None or target is None or misses is None:
+        return None
+    return achieved >= HELD_RATE_FRACTION * target and misses < HELD_MISS_FRACTION
 
 
 def format_summary(s: dict) -> str:
@@ -306,6 +321,13 @@ def format_summary(s: dict) -> str:
         f"language: {lang['requests']} requests ({lang['done']} done), {lang['tokens']} tokens, "
         f"{f(lang['tokens_per_s'])} tok/s",
     ]
+    held, miss = s.get("rate_held"), fr["deadline_miss_fraction"]
+    if held is not None:
+        lines.insert(2, (f"rate held: {f(c['achieved_rate_hz'], '{:.2f}')} of {f(c['target_rate_hz'], '{:.2f}')} Hz, "
+                         f"{100 * miss:.1f}% of frames over their deadline" if held else
+                         f"RATE NOT HELD: {f(c['achieved_rate_hz'], '{:.2f}')} of {f(c['target_rate_hz'], '{:.2f}')} Hz, "
+                         f"{fr['deadline_misses']} of {fr['count']} frames ({100 * miss:.1f}%) over their "
+                         f"{f(fr['period_ms'], '{:.0f}')} ms deadline: lower control_rate_hz or steps_per_frame"))
     for stream, b in lang["by_stream"].items():
         lines.append(f"  {stream}: {b['done']}/{b['requests']} done; first token {f(b['seconds_to_first_token_mean'], '{:.2f}')} s, "
                      f"done {f(b['seconds_to_done_mean'], '{:.2f}')} s ({f(b['frames_to_done_mean'])} frames), "

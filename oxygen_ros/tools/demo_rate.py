@@ -1,0 +1,58 @@
+"""The control rate `oxygen demo` can hold on this machine, measured before the node starts.
+
+A laptop or a shared 2-core CPU runs SmolLM2's frame several times slower than the
+params file's rate assumes; run at that rate, every frame misses its deadline and the
+timing summary reports a failure that only says "this machine is slower". So the demo
+runs a few frames of the same engine (same params: model, k, threads, cameras, one or
+two live requests as the node has) and sets the rate to what the slowest of them
+allows, with a margin for the simulated robot, the recorder and DDS sharing the CPU.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+
+import numpy as np
+
+# The sim renders cameras and the recorder writes the bag on the same cores, and the
+# node's executor threads share the GIL with inference: frames in the demo ran ~1.3x
+# slower than alone here, so 1.6x leaves room for a noisy spell.
+MARGIN = 1.6
+RATE_STEP_HZ = 0.05
+MIN_RATE_HZ = 0.05
+
+
+def measure_frame_ms(params: dict, image_size: int, frames: int = 4, warmup: int = 2) -> list[float]:
+    """Frame times (ms) of the params' engine on synthetic observations with live requests."""
+    from ..engine.observation import Observation
+    from ..engine.requests import LanguageRequest
+    from ..node.params import build_engine
+
+    model, _tok, engine = build_engine(params)
+    try:
+        rng = np.random.default_rng(0)
+        slots = model.cfg.camera_slots[: len(params["camera_topics"])]
+        obs = Observation(images={s: rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8)
+                                  for s in slots},
+                          state=np.zeros(len(params["joint_names"])), instruction=params["instruction"])
+        tokens = min(int(params["narration_max_tokens"]), engine.config.max_new_tokens)
+        times = []
+        for i in range(warmup + frames):
+            while len(engine.live) + len(engine.pending) < 2:     # a narration and a memory entry
+                engine.submit(LanguageRequest(params["narration_prompt"], "narration", tokens, ignore_eos=True))
+            t0 = time.perf_counter()
+            engine.step(obs)
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+        return times
+    finally:
+        del model, engine
+        gc.collect()
+
+
+def holdable_rate_hz(frame_ms: list[float], configured_hz: float) -> float:
+    """The configured rate, or lower: what the slowest frame allows with MARGIN, in RATE_STEP_HZ steps."""
+    allowed = 1e3 / (MARGIN * max(frame_ms))
+    stepped = max(MIN_RATE_HZ, math.floor(allowed / RATE_STEP_HZ) * RATE_STEP_HZ)
+    return round(min(configured_hz, stepped), 2)
