@@ -14,6 +14,7 @@ import argparse
 import os
 import random
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -90,8 +91,9 @@ def _choose_rate(args, params: dict, say) -> float:
     rate = holdable_rate_hz(frame_ms, configured)
     verdict = ("holds it" if rate == configured else
                f"cannot hold {configured:g} Hz: running at {rate:g} Hz instead")
-    say(f"frames took {min(frame_ms):.0f}-{max(frame_ms):.0f} ms; with x{MARGIN:g} headroom for the "
-        f"robot, recorder and DDS, this machine {verdict} (params file: {configured:g} Hz)")
+    say(f"frames took {min(frame_ms):.0f}-{max(frame_ms):.0f} ms (median {statistics.median(frame_ms):.0f}); "
+        f"with x{MARGIN:g} headroom for the robot, recorder and DDS, this machine {verdict} "
+        f"(params file: {configured:g} Hz)")
     return rate
 
 

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Soak benchmark (not in CI): the demo profile for 10 minutes with a question every few seconds.
+
+Starts the simulated robot and oxygen_node (config/demo.yaml, at the rate this machine
+holds: tools/demo_rate.py) as child processes, asks ~/ask_progress every --ask-every
+seconds, and per --bucket seconds records the node's RSS, deadline misses, the p99
+interval between action chunks, and answer latencies. Writes JSON and a PNG:
+
+    .venv/bin/python scripts/soak.py                       # 10 min -> docs/results/soak_demo.{json,png}
+    .venv/bin/python scripts/soak.py --minutes 2 --out /tmp/soak
+
+DDS stays on this machine (localhost only, a random domain).
+"""
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def percentile(values, q):
+    import numpy as np
+
+    return float(np.percentile(values, q)) if values else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--params", default=str(ROOT / "config" / "demo.yaml"))
+    ap.add_argument("--ask-every", type=float, default=5.0, help="seconds between questions")
+    ap.add_argument("--bucket", type=float, default=30.0, help="seconds per reported interval")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder for soak_demo.{json,png}")
+    args = ap.parse_args()
+    os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                      ROS_DOMAIN_ID=str(random.SystemRandom().randint(1, 100)), PYTHONUNBUFFERED="1")
+
+    import rclpy
+    from oxygen_msgs.msg import FrameTiming
+    from oxygen_msgs.srv import AskProgress
+    from rclpy.executors import SingleThreadedExecutor
+    from trajectory_msgs.msg import JointTrajectory
+
+    from oxygen_ros.node import qos
+    from oxygen_ros.tools.child_processes import Children
+    from oxygen_ros.tools.demo_rate import holdable_rate_hz, measure_frame_ms
+    from oxygen_ros.tools.params_files import params_from_file
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    params = params_from_file(Path(args.params))
+    print("measuring the rate this machine holds ...", flush=True)
+    rate = holdable_rate_hz(measure_frame_ms(params, 128), float(params["control_rate_hz"]))
+    print(f"control rate {rate:g} Hz (params file {params['control_rate_hz']:g} Hz)", flush=True)
+
+    children = Children(out / "soak_logs", env=os.environ.copy())
+    py = sys.executable
+    children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
+                           "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * rate)):g}"])
+    node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", args.params,
+                                         "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
+    rclpy.init()
+    node = rclpy.create_node("oxygen_soak")
+    lock = threading.Lock()
+    chunks, timings, answers = [], [], []          # (t, ...) since the first chunk
+    node.create_subscription(JointTrajectory, "/joint_trajectory",
+                             lambda m: chunks.append(time.monotonic()), qos.CONTROL)
+    node.create_subscription(FrameTiming, "/frame_timing",
+                             lambda m: timings.append((time.monotonic(), bool(m.deadline_missed),
+                                                       float(m.total_ms))), qos.CONTROL)
+    client = node.create_client(AskProgress, "/oxygen_node/ask_progress", qos_profile=qos.SERVICES)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    rss = []
+    try:
+        while not chunks:
+            if children.dead():
+                print("a child exited before the first chunk:\n" + children.dead()[0].log_tail())
+                return 1
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        end = t0 + 60.0 * args.minutes
+        next_ask, next_rss, next_print = t0, t0, t0 + 60.0
+        while time.monotonic() < end and not children.dead():
+            now = time.monotonic()
+            if now >= next_ask and client.service_is_ready():
+                next_ask += args.ask_every
+                sent = now
+                future = client.call_async(AskProgress.Request(question="what have you done?", timeout_s=30.0))
+                future.add_done_callback(lambda f, s=sent: answers.append(
+                    (s, time.monotonic() - s, bool(f.result().success))))
+            if now >= next_rss:
+                next_rss += 5.0
+                rss.append((now, rss_mb(node_child.pid)))
+            if now >= next_print:
+                next_print += 60.0
+                with lock:
+                    misses = sum(m for t, m, _ in timings if t >= t0)
+                print(f"[{(now - t0) / 60:4.1f} min] {len(chunks)} chunks, {misses} deadline misses, "
+                      f"{len(answers)} answers, node RSS {rss[-1][1]:.0f} MB", flush=True)
+            time.sleep(0.05)
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        node.destroy_node()
+        rclpy.try_shutdown()
+        codes = children.stop_all(["node", "sim"])
+    report = summarise(t0, end, args.bucket, rate, chunks, timings, answers, rss, codes)
+    (out / "soak_demo.json").write_text(json.dumps(report, indent=2))
+    plot(report, out / "soak_demo.png")
+    o = report["overall"]
+    print(f"soak: {o['minutes']:.1f} min at {rate:g} Hz: {o['chunks']} chunks, {o['deadline_misses']} deadline "
+          f"misses ({100 * o['deadline_miss_fraction']:.2f}%), p99 chunk interval {o['chunk_interval_p99_s']:.2f} s, "
+          f"{o['answers']} answers ({o['answers_failed']} failed), answer latency p50 {o['answer_latency_p50_s']:.1f} s "
+          f"p99 {o['answer_latency_p99_s']:.1f} s, node RSS {o['rss_first_mb']:.0f} -> {o['rss_last_mb']:.0f} MB")
+    print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
+    return 0
+
+
+def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> dict:
+    chunks = [t for t in chunks if t >= t0]
+    buckets = []
+    t = t0
+    while t < end - 1e-6:
+        u = t + bucket
+        cs = [c for c in chunks if t <= c < u]
+        gaps = [b - a for a, b in zip(cs, cs[1:])]
+        fr = [m for s, m, _ in timings if t <= s < u]
+        ans = [lat for s, lat, _ in answers if t <= s < u]
+        mem = [m for s, m in rss if t <= s < u and m is not None]
+        buckets.append({"t_min": (t - t0) / 60, "chunks": len(cs), "chunk_interval_p99_s": percentile(gaps, 99),
+                        "frames": len(fr), "deadline_misses": sum(fr),
+                        "answers": len(ans), "answer_latency_mean_s": sum(ans) / len(ans) if ans else None,
+                        "answer_latency_max_s": max(ans, default=None), "rss_mb": mem[-1] if mem else None})
+        t = u
+    gaps = [b - a for a, b in zip(chunks, chunks[1:])]
+    lat = [lat for _, lat, _ in answers]
+    frames = [m for s, m, _ in timings if s >= t0]
+    mem = [m for _, m in rss if m is not None]
+    return {"rate_hz": rate, "bucket_s": bucket, "exit_codes": codes, "buckets": buckets, "overall": {
+        "minutes": (min(end, time.monotonic()) - t0) / 60, "chunks": len(chunks),
+        "chunk_interval_p99_s": percentile(gaps, 99), "frames": len(frames),
+        "deadline_misses": sum(frames), "deadline_miss_fraction": sum(frames) / max(1, len(frames)),
+        "answers": len(answers), "answers_failed": sum(not ok for _, _, ok in answers),
+        "answer_latency_p50_s": percentile(lat, 50), "answer_latency_p99_s": percentile(lat, 99),
+        "rss_first_mb": mem[0] if mem else None, "rss_last_mb": mem[-1] if mem else None,
+        "rss_max_mb": max(mem, default=None)}}
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    b = report["buckets"]
+    t = [x["t_min"] for x in b]
+    fig, ax = plt.subplots(4, 1, figsize=(10, 9), sharex=True)
+    series = [("node RSS (MB)", "rss_mb"), ("deadline misses per bucket", "deadline_misses"),
+              ("p99 chunk interval (s)", "chunk_interval_p99_s"), ("answer latency mean (s)", "answer_latency_mean_s")]
+    for a, (label, key) in zip(ax, series):
+        a.plot(t, [x[key] if x[key] is not None else float("nan") for x in b], marker="o")
+        a.set_ylabel(label, fontsize=8)
+        a.grid(alpha=0.3)
+    ax[2].axhline(1.0 / report["rate_hz"], color="gray", ls="--", lw=1)
+    ax[-1].set_xlabel("minutes")
+    fig.suptitle(f"oxygen soak: demo profile at {report['rate_hz']:g} Hz, a question every few seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
