@@ -91,9 +91,9 @@ def _choose_rate(args, params: dict, say) -> float:
     rate = holdable_rate_hz(frame_ms, configured)
     verdict = ("holds it" if rate == configured else
                f"cannot hold {configured:g} Hz: running at {rate:g} Hz instead")
-    say(f"frames took {min(frame_ms):.0f}-{max(frame_ms):.0f} ms (median {statistics.median(frame_ms):.0f}); "
-        f"with x{MARGIN:g} headroom for the robot, recorder and DDS, this machine {verdict} "
-        f"(params file: {configured:g} Hz)")
+    say(f"frames took {min(frame_ms):.0f}-{max(frame_ms):.0f} ms (median {statistics.median(frame_ms):.0f}) "
+        f"beside the running robot and recorder; with x{MARGIN:g} headroom for the node's own threads "
+        f"and DDS, this machine {verdict} (params file: {configured:g} Hz)")
     return rate
 
 
@@ -143,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         _prepare_weights(params, say)      # nothing started yet: Ctrl-C simply ends it
-        params["control_rate_hz"] = _choose_rate(args, params, say)
     except KeyboardInterrupt:
         say("interrupted")
         say.close()
@@ -198,6 +197,10 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
         if not _wait_for_line(children.children[name], ready, 60.0, stop):
             say(f"{name} did not start; its log:\n" + children.children[name].log_tail())
             return 130 if stop.is_set() else 1
+    # measured while the robot renders and the recorder records: they share the CPU with the node
+    params["control_rate_hz"] = _choose_rate(args, params, say)
+    if stop.is_set():
+        return 130
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
                             "-p", "autostart:=true", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}"])
     say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
