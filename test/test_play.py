@@ -74,5 +74,41 @@ def test_demo_bag_with_compressed_cameras_plays_into_a_fresh_node(tmp_path, star
     assert node.alive() and "image rejected" not in node.log()
 
 
+def test_record_cameras_compresses_raw_cameras_at_the_rate_limit(tmp_path):
+    """`oxygen sim` publishing raw rgb8, `oxygen record --cameras --camera-hz 4`: each camera is
+    in the bag as JPEG on <topic>/compressed, about 4 frames a second, decoding to the sim's
+    image size; the joint states are all there."""
+    from rosbags.rosbag2 import Reader
+
+    from oxygen_ros.node.convert import compressed_to_rgb
+    from oxygen_ros.tools.bag_types import typestore
+
+    cli = [sys.executable, "-m", "oxygen_ros.cli"]
+    sim = subprocess.Popen([*cli, "sim", "--params", "config/tiny.yaml", "--image-size", "96", "--camera-hz", "15",
+                            "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                           env=peer_env())
+    try:
+        rec = subprocess.run([*cli, "record", "--out", str(tmp_path / "bag"), "--params", "config/tiny.yaml",
+                              "--cameras", "--camera-hz", "4", "--duration", "5", "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                             env=peer_env(), timeout=60)
+    finally:
+        sim.terminate()
+        sim.communicate(timeout=20)
+    assert rec.returncode == 0, rec.stdout
+    store = typestore()
+    with Reader(tmp_path / "bag") as reader:
+        cams = [c for c in reader.connections if c.msgtype == "sensor_msgs/msg/CompressedImage"]
+        assert sorted(c.topic for c in cams) == [f"/camera/{v}/image_raw/compressed"
+                                                 for v in ("base", "left_wrist", "right_wrist")]
+        for c in cams:
+            assert 12 <= c.msgcount <= 22, (c.topic, c.msgcount)     # 4 Hz x 5 s, not the sim's 15 Hz
+        _, _, raw = next(reader.messages(connections=cams[:1]))
+        joints = [c for c in reader.connections if c.topic == "/joint_states"]
+        assert joints and joints[0].msgcount > 150                   # 50 Hz, every message
+    msg = store.deserialize_cdr(raw, "sensor_msgs/msg/CompressedImage")
+    assert msg.format == "jpeg" and compressed_to_rgb(msg).shape == (96, 96, 3)
+
+
 if __name__ == "__main__":
     run_as_peer({"count_chunks": count_chunks})

@@ -72,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _drain(executor, rec, quiet_s: float = 0.2, limit_s: float = 3.0) -> None:
-    """Take what DDS already delivered: spin until no message arrived for quiet_s."""
+    """Take what DDS already delivered: spin until no message of the node's arrived for
+    quiet_s (robot inputs never go quiet)."""
     end = time.monotonic() + limit_s
     seen, quiet_since = -1, time.monotonic()
     while time.monotonic() < end:
         executor.spin_once(timeout_sec=0.01)
-        total = sum(rec.counts.values())
+        total = sum(rec.counts[name] for name in rec.output_topics)
         if total != seen:
             seen, quiet_since = total, time.monotonic()
         elif time.monotonic() - quiet_since >= quiet_s:

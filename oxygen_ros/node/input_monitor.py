@@ -98,7 +98,7 @@ class InputMonitor:
             for name, i in self._inputs.items():
                 if i.value is None:
                     ages[name] = None
-                    problems.append(f"{name}: no data received yet" if i.accepted == 0
+                    problems.append(f"{name}: no data received yet" if i.accepted + i.rejected == 0
                                     else f"{name}: no usable data (the latest was rejected)")
                 else:
                     values[name] = i.value

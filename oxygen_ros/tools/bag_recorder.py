@@ -106,6 +106,7 @@ class BagRecorder:
         self.counts: dict[str, int] = {}
         self._subs = []
         store = bag_types.typestore()
+        self.output_topics = [name for name, _ in topics(namespace, params)]   # the node's
         for name, t in topics(namespace, params):
             conn = self.writer.add_connection(name, t.msgtype, typestore=store,
                                               offered_qos_profiles=[_bag_qos(t.latched)])
