@@ -142,7 +142,8 @@ class OxygenNode(LifecycleNode):
         self.get_logger().info(
             f"configured in {time.monotonic() - t0:.1f} s: model {rt.p['model']}, KV pool "
             f"{rt.engine.pool.bytes_total / 2**20:.1f} MiB, {len(rt.cameras)} camera(s) -> "
-            f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, {len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz")
+            f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
+            f"{len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz")
         return super().on_configure(state)
 
     def _configure(self) -> _Runtime:
@@ -297,8 +298,13 @@ class OxygenNode(LifecycleNode):
             return
         rt.monitor.accept(name, msg, *self._arrival(msg.header.stamp))
 
-    def _reject_image(self, rt: _Runtime, name: str, e: InputError) -> None:
-        rt.monitor.reject(name, str(e))
+    def _reject_image(self, rt: _Runtime, name: str, e: InputError, accepted=None) -> None:
+        """Count and log a rejection; `accepted`: the message was accepted before and is
+        found bad now (it no longer counts as the camera's latest)."""
+        if accepted is None:
+            rt.monitor.reject(name, str(e))
+        else:
+            rt.monitor.discard(name, accepted, str(e))
         self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
 
     def _frame_images(self, rt: _Runtime, snap) -> dict | None:
@@ -311,8 +317,7 @@ class OxygenNode(LifecycleNode):
             try:
                 images[cam.slot] = cam.rgb(msg)
             except InputError as e:
-                rt.monitor.discard(name, msg, str(e))
-                self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
+                self._reject_image(rt, name, e, accepted=msg)
                 rt.stats.no_chunk(f"{name}: image rejected: {e}")
                 return None
         for slot, rgb in images.items():
