@@ -20,6 +20,7 @@ COMMANDS = [
     ("checkpoint", "oxygen_ros.commands.checkpoint", "check a pi0.5 checkpoint directory: layout, dims, horizon, statistics, prompt format"),
     ("generate", "oxygen_ros.commands.generate", "greedy text from a model's language backbone alone (no images)"),
     ("record", "oxygen_ros.commands.record", "record the node's chunks, text, timing and diagnostics into a rosbag2 (MCAP) bag"),
+    ("play", "oxygen_ros.commands.play", "publish a recorded bag's cameras and joint states back on their topics"),
     ("report", "oxygen_ros.commands.report", "summarise a recorded bag: JSON timing/latency summary and a PNG timeline"),
     ("sim", "oxygen_ros.commands.sim", "a simulated robot: rendered cameras and joint states that follow the chunks"),
     ("demo", "oxygen_ros.commands.demo", "simulated robot + node + recorder for a minute, a question, then the report"),

@@ -7,9 +7,14 @@ under a camera load (a benchmark that prints numbers; not a test).
    tiny profile, configured) called on 1280x720 rgb8 and bgr8 messages; CPU per call
    (thread time), and the CPU per second it means at 3 cameras x 30 Hz. Also the
    conversion each control tick does for its frame's images (node/convert.py).
-2. End to end (two processes over loopback DDS): oxygen_node (config/tiny.yaml, 10 Hz,
-   autostart) while this script publishes 3 cameras x 30 Hz of 1280x720 images, rgb8
-   then bgr8; the node process's CPU (utime+stime from /proc), the chunks per second it
+2. Per control frame (in-process): CPU to turn the frame's 3 camera messages into the
+   model's RGB arrays (node/cameras.py, what the control thread does): raw rgb8 / bgr8
+   against JPEG (quality 90) and PNG, on a camera-like scene and on noise (JPEG's worst
+   case); and the per-message header check of a compressed camera.
+3. End to end (two processes over loopback DDS): oxygen_node (config/tiny.yaml, 10 Hz,
+   autostart) while this script publishes 3 cameras x 30 Hz of 1280x720 images, rgb8,
+   bgr8, then JPEG (a node with <topic>/compressed cameras), one node process per case;
+   the node process's CPU (utime+stime from /proc), the chunks per second it
    published, the largest gap between chunks and the node's warnings (stale inputs,
    overruns), next to a baseline run with 64x48 images at 10 Hz.
 
@@ -53,6 +58,67 @@ def images(w: int, h: int, encoding: str, n: int):
     return [rgb_to_image(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), encoding) for _ in range(n)]
 
 
+def scene(w: int, h: int, noise: bool) -> np.ndarray:
+    """A camera-like frame (gradients, a few flat objects, sensor noise), or uniform noise."""
+    rng = np.random.default_rng(1)
+    if noise:
+        return rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([80 + 100 * x / w, 90 + 60 * y / h, 120 + 0 * x], axis=2)
+    for cx, cy, r, color in ((0.3, 0.6, 0.12, (200, 40, 30)), (0.7, 0.5, 0.2, (30, 60, 190)),
+                             (0.5, 0.8, 0.08, (230, 220, 60))):
+        img[(x - cx * w) ** 2 + (y - cy * h) ** 2 < (r * h) ** 2] = color
+    return (img + rng.normal(0, 3, img.shape)).clip(0, 255).astype(np.uint8)
+
+
+def _cpu_ms(fn, n: int) -> float:
+    fn()
+    t = time.thread_time()
+    for _ in range(n):
+        fn()
+    return (time.thread_time() - t) / n * 1e3
+
+
+def frame_cost(w: int, h: int, frames: int) -> dict:
+    """CPU (thread time) per control frame to get 3 cameras' pixels, by transport."""
+    import simplejpeg
+
+    from oxygen_ros.node.cameras import Camera
+    from oxygen_ros.node.convert import _pil_rgb, decoder, rgb_to_compressed, rgb_to_image
+
+    out = {"decoder": decoder()[0]}
+    for content in ("scene", "noise"):
+        rgb = scene(w, h, content == "noise")
+        kinds = {"raw rgb8": ("raw", lambda: rgb_to_image(rgb, "rgb8")),
+                 "raw bgr8": ("raw", lambda: rgb_to_image(rgb, "bgr8")),
+                 "jpeg q90": ("compressed", lambda: rgb_to_compressed(rgb, "jpeg", 90)),
+                 "png": ("compressed", lambda: rgb_to_compressed(rgb, "png"))}
+        for label, (transport, make) in kinds.items():
+            cams = [Camera(f"cam{i}", f"slot{i}", transport) for i in range(3)]
+            msgs = [make(), make()]            # alternate: every frame decodes a new message
+            for cam in cams:
+                cam.check(msgs[0])
+            n = frames if label != "png" else max(3, frames // 4)
+            t = time.thread_time()
+            for f in range(n):
+                for cam in cams:
+                    cam.rgb(msgs[f % 2])
+            frame_ms = (time.thread_time() - t) / n * 1e3
+            t = time.thread_time()
+            for f in range(200):
+                cams[0].check(msgs[f % 2])
+            check_us = (time.thread_time() - t) / 200 * 1e6
+            size = len(msgs[0].data)
+            out[f"{content}: {label}"] = {"frame_ms_3_cameras": round(frame_ms, 2), "check_us": round(check_us, 1),
+                                          "kb_per_image": round(size / 1024, 1)}
+        jpeg = rgb_to_compressed(rgb, "jpeg", 90).data
+        out[f"{content}: one JPEG, by decoder (ms)"] = {
+            name: round(_cpu_ms(lambda: decode(jpeg), 20), 2) for name, decode in (
+                ("simplejpeg", lambda d: simplejpeg.decode_jpeg(d, colorspace="RGB")),
+                ("Pillow", lambda d: _pil_rgb(d, "JPEG")))}
+    return out
+
+
 def callback_cost(w: int, h: int, hz: float, calls: int) -> dict:
     """CPU per image callback of an in-process, configured OxygenNode."""
     import rclpy
@@ -94,16 +160,32 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def end_to_end(w: int, h: int, hz: float, seconds: float, encodings) -> dict:
+def end_to_end(cases, seconds: float) -> dict:
+    """cases: [(label, camera messages, rate)]; each runs against its own node process (a
+    camera's size is fixed by its first image), warmed up until its first chunk."""
     import rclpy
+
+    rclpy.init(args=[])
+    try:
+        return {label: _node_under_load(msgs, rate, seconds) for label, msgs, rate in cases}
+    finally:
+        rclpy.try_shutdown()
+
+
+def _node_under_load(msgs, rate: float, seconds: float) -> dict:
+    """Start a tiny oxygen_node for `msgs` (Image or CompressedImage, one per camera), publish
+    them at `rate` for `seconds`: the node's CPU, its chunks and warnings meanwhile."""
     from rclpy.executors import SingleThreadedExecutor
-    from sensor_msgs.msg import JointState
+    from sensor_msgs.msg import CompressedImage, JointState
     from trajectory_msgs.msg import JointTrajectory
 
     from oxygen_ros.node import qos
+    from oxygen_ros.node.cameras import compressed_topic
 
     params = tiny_params(autostart=True)
-    out = {}
+    compressed = isinstance(msgs[0], CompressedImage)
+    if compressed:
+        params["camera_topics"] = [compressed_topic(t) for t in params["camera_topics"]]
     with tempfile.TemporaryDirectory() as tmp:
         pf = Path(tmp, "params.yaml")
         pf.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
@@ -111,20 +193,19 @@ def end_to_end(w: int, h: int, hz: float, seconds: float, encodings) -> dict:
         log = open(Path(tmp, "node.log"), "w")
         proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(pf),
                                  "-r", f"__ns:={ns}"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        rclpy.init(args=[])
+        import rclpy
+
         node = rclpy.create_node("camera_load_bench")
         ex = SingleThreadedExecutor()
         ex.add_node(node)
-        from sensor_msgs.msg import Image
-
-        pubs = [node.create_publisher(Image, f"{ns}/{t}", qos.SENSOR) for t in params["camera_topics"]]
+        pubs = [node.create_publisher(type(m), f"{ns}/{t}", qos.SENSOR) for m, t in zip(msgs, params["camera_topics"])]
         jpub = node.create_publisher(JointState, f"{ns}/{params['joint_state_topic']}", qos.SENSOR)
         chunks = []
         node.create_subscription(JointTrajectory, f"{ns}/{params['trajectory_topic']}",
                                  lambda m: chunks.append(time.monotonic()), qos.CONTROL)
         names = params["joint_names"]
 
-        def publish(msgs, stamp):
+        def publish(stamp):
             for pub, m in zip(pubs, msgs):
                 m.header.stamp = stamp
                 pub.publish(m)
@@ -132,18 +213,23 @@ def end_to_end(w: int, h: int, hz: float, seconds: float, encodings) -> dict:
             js.header.stamp = stamp
             jpub.publish(js)
 
-        def run(msgs, rate, duration):
-            """Publish at `rate` for `duration` s; the node's CPU and chunks meanwhile."""
+        try:
+            end = time.monotonic() + 60
+            while not chunks:                  # node up, configured, active, ticking
+                if time.monotonic() > end or proc.poll() is not None:
+                    raise RuntimeError("the node produced no chunk: " + Path(tmp, "node.log").read_text()[-2000:])
+                publish(node.get_clock().now().to_msg())
+                ex.spin_once(timeout_sec=0.05)
             period = 1.0 / rate
             chunks.clear()
             log.flush()
             log_at = Path(log.name).stat().st_size
             c0, t0 = _cpu_s(proc.pid), time.monotonic()
             next_t, sent = t0, 0
-            while time.monotonic() - t0 < duration:
+            while time.monotonic() - t0 < seconds:
                 now = time.monotonic()
                 if now >= next_t:
-                    publish(msgs, node.get_clock().now().to_msg())
+                    publish(node.get_clock().now().to_msg())
                     sent += 1
                     next_t += period
                     if next_t < now:           # publisher fell behind: do not burst
@@ -156,32 +242,19 @@ def end_to_end(w: int, h: int, hz: float, seconds: float, encodings) -> dict:
             new_log = Path(log.name).read_text(errors="replace")[log_at:]
             problems = sorted({line.split("]: ", 1)[-1][:100] for line in new_log.splitlines()
                                if "WARN" in line or "ERROR" in line})
-            return {"node_problems": problems[:5], "camera_hz_sent": round(sent / elapsed, 1), "node_cpu_pct": round(100 * cpu / elapsed, 1),
+            return {"node_problems": problems[:5], "camera_hz_sent": round(sent / elapsed, 1),
+                    "node_cpu_pct": round(100 * cpu / elapsed, 1),
                     "chunks_per_s": round(len(ts) / (elapsed - 1.0), 2),
                     "max_chunk_gap_s": round(max(gaps), 3) if gaps else None}
-
-        try:
-            small = images(64, 48, "rgb8", len(pubs))
-            end = time.monotonic() + 60
-            while not chunks:                  # node up, configured, active, ticking
-                if time.monotonic() > end or proc.poll() is not None:
-                    raise RuntimeError("the node produced no chunk: " + Path(tmp, "node.log").read_text()[-2000:])
-                publish(small, node.get_clock().now().to_msg())
-                ex.spin_once(timeout_sec=0.05)
-            out["64x48 at 10 Hz (baseline)"] = run(small, 10.0, seconds)
-            for enc in encodings:
-                out[f"{w}x{h} {enc} at {hz:g} Hz"] = run(images(w, h, enc, len(pubs)), hz, seconds)
         finally:
             ex.shutdown(timeout_sec=1.0)
             node.destroy_node()
-            rclpy.try_shutdown()
             proc.send_signal(2)
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
             log.close()
-    return out
 
 
 def main() -> int:
@@ -190,6 +263,7 @@ def main() -> int:
     ap.add_argument("--hz", type=float, default=30.0, help="camera rate")
     ap.add_argument("--size", default="1280x720", help="WxH of the camera images")
     ap.add_argument("--calls", type=int, default=300, help="callback calls in the in-process part")
+    ap.add_argument("--frames", type=int, default=40, help="control frames in the per-frame part")
     ap.add_argument("--skip-e2e", action="store_true", help="only the in-process callback cost")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = ap.parse_args()
@@ -200,8 +274,22 @@ def main() -> int:
     for enc, r in result["callback"].items():
         print(f"  {enc}: {r['callback_ms']:.3f} ms per callback -> {r['callback_cpu_pct_at_load']:.1f}% of a core "
               f"at 3 x {args.hz:g} Hz; conversion of one image {r['convert_ms']:.2f} ms")
+    result["frame"] = frame_cost(w, h, args.frames)
+    print(f"per control frame, 3 cameras {args.size} to RGB (CPU; decoder: {result['frame']['decoder']}):")
+    for label, r in result["frame"].items():
+        if "by decoder" in label:
+            print(f"  {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
+        elif label != "decoder":
+            print(f"  {label:18s} {r['frame_ms_3_cameras']:7.2f} ms per frame   check per message "
+                  f"{r['check_us']:6.1f} us   {r['kb_per_image']:8.1f} KiB per image")
     if not args.skip_e2e:
-        result["end_to_end"] = end_to_end(w, h, args.hz, args.seconds, ("rgb8", "bgr8"))
+        from oxygen_ros.node.convert import rgb_to_compressed
+
+        cases = [("64x48 rgb8 at 10 Hz (baseline)", images(64, 48, "rgb8", 3), 10.0)]
+        cases += [(f"{w}x{h} {enc} at {args.hz:g} Hz", images(w, h, enc, 3), args.hz) for enc in ("rgb8", "bgr8")]
+        cases.append((f"{w}x{h} jpeg q90 at {args.hz:g} Hz",
+                      [rgb_to_compressed(scene(w, h, False), "jpeg", 90) for _ in range(3)], args.hz))
+        result["end_to_end"] = end_to_end(cases, args.seconds)
         print("oxygen_node process (tiny, 10 Hz) under camera load:")
         for label, r in result["end_to_end"].items():
             print(f"  {label:28s} sent {r['camera_hz_sent']:5.1f} Hz/camera  node CPU {r['node_cpu_pct']:5.1f}%  "

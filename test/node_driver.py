@@ -19,7 +19,9 @@ PERIOD_S = 0.1   # config/tiny.yaml: control_rate_hz 10
 
 
 class Driver:
-    def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0):
+    def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0, cameras=None):
+        """cameras: [(topic, message class, first message)] instead of CAMERA_TOPICS with
+        random sensor_msgs/Image; the scenario may then set good_images[i], what camera i sends."""
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from lifecycle_msgs.srv import ChangeState, GetState
@@ -39,20 +41,24 @@ class Driver:
         self.node = node = rclpy.create_node(unique_name("oxygen_test_driver"))
         self.lock = threading.Lock()
         # -- the robot
-        self.mode = {i: "good" for i in range(len(CAMERA_TOPICS))}
+        self.mode = {i: "good" for i in range(len(cameras or CAMERA_TOPICS))}
         self.mode["joints"] = "good"
         rng = np.random.default_rng(0)
         self.good_images = [rgb_to_image(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), enc)
                             for enc in ("rgb8", "bgr8", "mono8")]
+        if cameras is None:
+            cameras = [(t, Image, img) for t, img in zip(CAMERA_TOPICS, self.good_images)]
+        self.good_images = [img for _, _, img in cameras]
         self._Image, self._JointState = Image, JointState
-        self.image_pubs = [node.create_publisher(Image, f"{namespace}/{t}", qos_profile_sensor_data)
-                           for t in CAMERA_TOPICS]
+        self.image_pubs = [node.create_publisher(kind, f"{namespace}/{t}", qos_profile_sensor_data)
+                           for t, kind, _ in cameras]
         self.joint_pub = node.create_publisher(JointState, f"{namespace}/joint_states",
                                                qos_profile_sensor_data)
         node.create_timer(1.0 / image_hz, self._publish_images)
         node.create_timer(1.0 / joint_hz, self._publish_joints)
         # -- recorders
         self.chunks, self.timings, self.text, self.diags = [], [], [], []
+        self.diag_values = {}            # the latest /diagnostics values, by status
         reliable = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
         node.create_subscription(JointTrajectory, f"{namespace}/joint_trajectory",
                                  lambda m: self.chunks.append((time.monotonic(), m)), reliable)
@@ -137,6 +143,8 @@ class Driver:
                     for s in arr.status if s.name.startswith(self.fqn + ": ")}
         if statuses:
             self.diags.append((time.monotonic(), statuses))
+            self.diag_values = {s.name.split(": ", 1)[1]: {kv.key: kv.value for kv in s.values}
+                                for s in arr.status if s.name.startswith(self.fqn + ": ")}
 
     # -- waiting ---------------------------------------------------------------------------
     @staticmethod

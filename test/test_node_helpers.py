@@ -15,7 +15,10 @@ from oxygen_ros.engine.policy_io import LimitsIO
 from oxygen_ros.node.joint_space import JointSpace
 from oxygen_ros.node.memory_log import MemoryLog, PromptTooLong
 from oxygen_ros.node.questions import QuestionBoard, QuestionRejected
-from oxygen_ros.node.convert import InputError, image_to_rgb, joint_positions, rgb_to_image
+from oxygen_ros.engine.camera_view import CameraView
+from oxygen_ros.node.cameras import Camera, compressed_topic, per_camera, transport_of
+from oxygen_ros.node.convert import (InputError, check_compressed, compressed_format, compressed_to_rgb,
+                                     image_to_rgb, joint_positions, rgb_to_compressed, rgb_to_image)
 from oxygen_ros.node.convert import merge_deltas
 from oxygen_ros.node.tick_clock import TickClock
 
@@ -177,6 +180,93 @@ def test_rejected_messages_are_reported_for_the_hold_time_but_keep_the_last_good
     clock.t += 1.5
     assert m.snapshot().problems == []
     assert m.counts() == {"cam": (1, 1)}
+
+
+def test_a_value_discarded_after_acceptance_gives_back_the_one_before_with_its_age():
+    clock = FakeClock()
+    m = InputMonitor(["cam"], max_age_s=1.0, hold_s=1.0, clock=clock)
+    m.accept("cam", "old")
+    clock.t += 0.4
+    m.accept("cam", "corrupt")
+    m.discard("cam", "corrupt", "corrupt JPEG data")
+    snap = m.snapshot()
+    assert snap.values["cam"] == "old" and snap.ages["cam"] == pytest.approx(0.4)
+    assert m.counts() == {"cam": (1, 1)}
+    m.discard("cam", "old", "corrupt JPEG data")          # nothing before it: no usable value
+    snap = m.snapshot()
+    assert not snap.usable and "cam: no usable data (the latest was rejected)" in snap.problems
+    m.discard("cam", "gone", "x")                         # not the latest: only counted
+    assert m.counts() == {"cam": (0, 3)}
+
+
+@pytest.mark.parametrize("fmt, expected", [("jpeg", "jpeg"), ("JPG", "jpeg"), ("png", "png"),
+                                           ("rgb8; jpeg compressed bgr8", "jpeg"), ("mono8; png compressed", "png")])
+def test_compressed_formats_as_image_transport_writes_them(fmt, expected):
+    assert compressed_format(fmt) == expected
+
+
+@pytest.mark.parametrize("fmt, match", [("bmp", "unknown compressed image format 'bmp'"), ("", "unknown"),
+                                        ("16UC1; compressedDepth png", "compressed depth")])
+def test_unknown_compressed_formats_are_refused(fmt, match):
+    with pytest.raises(InputError, match=match):
+        compressed_format(fmt)
+
+
+def test_compressed_images_are_checked_from_their_headers():
+    from sensor_msgs.msg import CompressedImage
+
+    rgb = _rgb(48, 64)
+    png = rgb_to_compressed(rgb, "png")
+    assert check_compressed(png) == ("png", *rgb.shape[:2])
+    assert np.array_equal(compressed_to_rgb(png), rgb)
+    jpeg = rgb_to_compressed(rgb, "jpeg")
+    assert check_compressed(jpeg) == ("jpeg", *rgb.shape[:2])
+    with pytest.raises(InputError, match="but the data is not JPEG"):
+        check_compressed(CompressedImage(format="jpeg", data=bytes(png.data)))
+    with pytest.raises(InputError, match="empty compressed image"):
+        check_compressed(CompressedImage(format="png", data=b""))
+    truncated = CompressedImage(format="jpeg", data=bytes(jpeg.data)[:-200])
+    check_compressed(truncated)                           # the header is intact ...
+    with pytest.raises(InputError, match="corrupt JPEG data"):
+        compressed_to_rgb(truncated)                      # ... decoding finds it
+
+
+def test_camera_views_validate_and_leave_untouched_images_alone():
+    img = _rgb()
+    assert CameraView().apply(img) is img
+    for bad, match in [(dict(rotate=45), "rotation 45"), (dict(flip="diagonal"), "flip 'diagonal'"),
+                       (dict(crop=(0, 0, 0, 5)), "width, height > 0")]:
+        with pytest.raises(ValueError, match=match):
+            CameraView(**bad)
+    assert "does not fit" in CameraView(crop=(60, 0, 10, 10)).problem(48, 64)
+    out = CameraView(rotate=180).apply(img)
+    assert out.flags.c_contiguous and np.array_equal(out, img[::-1, ::-1])
+    assert np.array_equal(CameraView(flip="both").apply(img), out)
+
+
+def test_per_camera_parameters_fill_defaults_and_name_bad_entries():
+    views = per_camera({"camera_transports": ["raw"], "camera_rotations": [0, 90],
+                        "camera_flips": ["none"], "camera_crops": [0, 0, 0, 0, 1, 2, 3, 4]}, 3)
+    assert [t for t, _ in views] == ["raw", "auto", "auto"]
+    assert views[1][1] == CameraView(rotate=90, crop=(1, 2, 3, 4)) and views[2][1].identity
+    with pytest.raises(ValueError, match="camera 1: rotation 45"):
+        per_camera({"camera_rotations": [0, 45]}, 2)
+    with pytest.raises(ValueError, match="camera_crops needs 4 numbers"):
+        per_camera({"camera_crops": [0, 0, 0]}, 2)
+    with pytest.raises(ValueError, match="camera_flips has 3 entries for 2"):
+        per_camera({"camera_flips": ["none"] * 3}, 2)
+    assert transport_of("cam/image_raw/compressed") == "compressed" and transport_of("cam/image_raw") == "raw"
+    assert compressed_topic("cam/image_raw") == "cam/image_raw/compressed"
+
+
+def test_a_camera_keeps_the_size_of_its_first_image_and_decodes_a_message_once():
+    cam = Camera("cam", "base_0_rgb", "compressed", CameraView(flip="horizontal"))
+    msg = rgb_to_compressed(_rgb(48, 64), "png")
+    cam.check(msg)
+    first = cam.rgb(msg)
+    assert cam.rgb(msg) is first and np.array_equal(first, _rgb(48, 64)[:, ::-1])
+    with pytest.raises(InputError, match="image size changed mid-run from 64x48 to 32x48"):
+        cam.check(rgb_to_compressed(_rgb(48, 64)[:, :32], "png"))
 
 
 def test_ros_time_jumping_back_is_detected_and_reported():

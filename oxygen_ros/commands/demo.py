@@ -37,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=0.0, metavar="HZ",
                    help="control rate; 0: measure a few frames first and use the params file's rate "
                         "or the highest this machine holds, whichever is lower")
+    p.add_argument("--compressed", choices=("jpeg", "png"), default="",
+                   help="cameras as sensor_msgs/CompressedImage on <topic>/compressed (the node decodes them)")
+    p.add_argument("--record-cameras", action="store_true",
+                   help="the bag also holds the camera frames and joint states (for `oxygen play`)")
     p.add_argument("--camera-hz", type=float, default=0.0,
                    help="simulated camera rate (0: 3x the control rate, 5..15 Hz; the CPU runs the model too)")
 
@@ -97,6 +101,19 @@ def _choose_rate(args, params: dict, say) -> float:
     return rate
 
 
+def _compressed_params(params: dict, path: Path) -> Path:
+    """The params file with every camera on image_transport's <topic>/compressed, written to
+    `path` for the node, the robot and the recorder alike."""
+    import yaml
+
+    from oxygen_ros.node.cameras import compressed_topic
+
+    params["camera_topics"] = [compressed_topic(t) for t in params.get("camera_topics", [])]
+    params["camera_transports"] = ["auto"] * len(params["camera_topics"])
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
+    return path
+
+
 def _wait_for_line(child, prefix: str, timeout: float, stop) -> bool:
     """Wait until the child's log has a line starting with prefix (False: it died, timed out or stop)."""
     end = time.monotonic() + timeout
@@ -130,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out()
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()
+    if args.compressed:
+        params_path = _compressed_params(params, out / "params.yaml")
     say = _Console(out / "demo.txt")
     domain = args.domain_id if args.domain_id is not None else random.SystemRandom().randint(1, 100)
     os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -189,9 +208,10 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     camera_hz = args.camera_hz or min(15.0, max(5.0, 3 * float(params.get("control_rate_hz", 10.0))))
     children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
                            "--image-size", str(args.image_size), "--camera-hz", f"{camera_hz:g}",
-                           "--joint-hz", "30"])
+                           "--joint-hz", "30", *(["--compressed", args.compressed] if args.compressed else [])])
     children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(out / "bag"),
-                                "--params", str(params_path), "--quiet"])
+                                "--params", str(params_path), "--quiet",
+                                *(["--cameras"] if args.record_cameras else [])])
     # the node last, once the recorder subscribes and the robot publishes: the bag gets every frame
     for name, ready in (("recorder", "recording "), ("sim", "sim: ")):
         if not _wait_for_line(children.children[name], ready, 60.0, stop):

@@ -1,7 +1,7 @@
 """`oxygen record --out DIR`: record oxygen_node's outputs into a rosbag2 bag (no ros2 bag needed).
 
 Records the action chunks, narration/memory/answer text, frame timing and /diagnostics
-until Ctrl-C / SIGTERM (or --duration), then closes the bag (metadata.yaml written),
+(with --cameras also joint states and camera frames, rate-limited and compressed) until Ctrl-C / SIGTERM (or --duration), then closes the bag (metadata.yaml written),
 readable by `ros2 bag info`, rosbags and Foxglove. On a ROS install the same topics:
     ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
 Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS tool.
@@ -21,6 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the node's params file: take topic names from it (*_topic parameters)")
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="rosbag2 storage")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
+    p.add_argument("--cameras", action="store_true",
+                   help="also record the robot's inputs for `oxygen play`: joint states, and the camera "
+                        "topics (from --params) as CompressedImage, raw ones JPEG-encoded on <topic>/compressed")
+    p.add_argument("--camera-hz", type=float, default=5.0,
+                   help="with --cameras: at most this many frames per camera per second (0 = all)")
     p.add_argument("--quiet", action="store_true", help="no periodic counts")
 
 
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        rec = BagRecorder(node, out, args.namespace, params, args.storage)
+        rec = BagRecorder(node, out, args.namespace, params, args.storage, args.cameras, args.camera_hz)
     except (FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"oxygen record: {e}", file=sys.stderr)
         node.destroy_node()
@@ -67,12 +72,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _drain(executor, rec, quiet_s: float = 0.2, limit_s: float = 3.0) -> None:
-    """Take what DDS already delivered: spin until no message arrived for quiet_s."""
+    """Take what DDS already delivered: spin until no message of the node's arrived for
+    quiet_s (robot inputs never go quiet)."""
     end = time.monotonic() + limit_s
     seen, quiet_since = -1, time.monotonic()
     while time.monotonic() < end:
         executor.spin_once(timeout_sec=0.01)
-        total = sum(rec.counts.values())
+        total = sum(rec.counts[name] for name in rec.output_topics)
         if total != seen:
             seen, quiet_since = total, time.monotonic()
         elif time.monotonic() - quiet_since >= quiet_s:

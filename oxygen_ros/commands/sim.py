@@ -17,6 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                     "(limits -1..1 each)")
     p.add_argument("--namespace", default="/", help="the node's namespace (relative topics follow it)")
     p.add_argument("--image-size", type=int, default=160, help="camera images are SIZE x SIZE rgb8")
+    p.add_argument("--compressed", choices=("jpeg", "png"), default="",
+                   help="publish sensor_msgs/CompressedImage in this format on <topic>/compressed "
+                        "(image_transport's name); topics the params file already takes compressed "
+                        "get it without the suffix")
+    p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality, 1..100")
     p.add_argument("--camera-hz", type=float, default=15.0, help="camera frame rate")
     p.add_argument("--joint-hz", type=float, default=50.0, help="joint state rate (and simulation step)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
@@ -51,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz)
-        cams = ", ".join(p.topic_name for p, _ in robot.cameras)
+        robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
+                         args.compressed, args.jpeg_quality)
+        cams = ", ".join(p.topic_name + (f" {fmt}" if fmt else "") for p, _, fmt in robot.cameras)
         print(f"sim: {len(robot.cameras)} cameras ({cams}) {args.image_size}x{args.image_size} at "
               f"{args.camera_hz:g} Hz, {len(robot.world.names)} joints on {robot.joint_pub.topic_name} at "
               f"{args.joint_hz:g} Hz; following chunks; Ctrl-C to stop", flush=True)

@@ -1,16 +1,22 @@
 """Every ROS message <-> engine value conversion of the node, both directions.
 
-In: sensor_msgs/Image and sensor_msgs/JointState -> numpy. Out: action chunks ->
+In: sensor_msgs/Image, sensor_msgs/CompressedImage and sensor_msgs/JointState -> numpy. Out: action chunks ->
 trajectory_msgs/JointTrajectory, frame results -> oxygen_msgs/FrameTiming, text deltas ->
 oxygen_msgs/TextChunk. Message classes are imported inside the functions, so the inputs'
 numpy helpers load without the message packages.
 
 Images without cv_bridge: an image is viewed through its `step` (row stride, padding allowed),
 channels reordered to RGB, 16-bit encodings byte-swapped per `is_bigendian` and
-scaled to 8 bits. Joint states are matched to the configured joint names by name, in
+scaled to 8 bits. Compressed images (JPEG, PNG) are checked from their headers on
+arrival and decoded per control frame (see `decoder`). Joint states are matched to the configured joint names by name, in
 any order. Every rejection raises `InputError` with a message that names the problem.
 """
 from __future__ import annotations
+
+import io
+import re
+import struct
+from functools import lru_cache
 
 import numpy as np
 
@@ -103,6 +109,176 @@ def rgb_to_image(rgb: np.ndarray, encoding: str = "rgb8", msg=None, padding: int
     msg.is_bigendian = 0
     msg.data = buf.tobytes()
     return msg
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_COLOR_TYPES = {0: "gray", 2: "RGB", 3: "palette", 4: "gray with alpha", 6: "RGBA"}
+
+
+def compressed_format(fmt: str) -> str:
+    """sensor_msgs/CompressedImage.format -> "jpeg" | "png". Accepts the plain names and
+    image_transport's "<encoding>; jpeg compressed <encoding>" form."""
+    words = set(re.split(r"[\s;:,]+", fmt.strip().lower()))
+    if "compresseddepth" in words:
+        raise InputError(f"compressed depth images are not camera images (format {fmt!r})")
+    if words & {"jpeg", "jpg"}:
+        return "jpeg"
+    if "png" in words:
+        return "png"
+    raise InputError(f"unknown compressed image format {fmt!r}; supported: jpeg, png "
+                     "(or image_transport's '<encoding>; jpeg compressed <encoding>')")
+
+
+def _jpeg_size(data) -> tuple[int, int]:
+    try:
+        import simplejpeg
+    except ImportError:                   # Pillow reads the header only until .load()
+        from PIL import Image as PILImage
+        w, h = PILImage.open(io.BytesIO(data)).size
+        return h, w
+    h, w, _, _ = simplejpeg.decode_jpeg_header(data)
+    return h, w
+
+
+def check_compressed(msg) -> tuple[str, int, int]:
+    """Validate a sensor_msgs/CompressedImage from its header bytes only (microseconds, for
+    every message); (format, height, width). PNG with alpha or 16 bits is refused here."""
+    fmt = compressed_format(msg.format)
+    data = msg.data
+    if len(data) == 0:
+        raise InputError(f"empty compressed image (format {msg.format!r})")
+    head = bytes(data[:32])
+    if fmt == "jpeg":
+        if head[:2] != b"\xff\xd8":
+            raise InputError(f"format {msg.format!r} but the data is not JPEG (starts {head[:4].hex()})")
+        try:
+            h, w = _jpeg_size(data)
+        except Exception as e:  # noqa: BLE001 - any decoder error means a corrupt header
+            raise InputError(f"corrupt JPEG header: {e}") from None
+    else:
+        if head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR" or len(head) < 26:
+            raise InputError(f"format {msg.format!r} but the data is not PNG (starts {head[:8].hex()})")
+        w, h = struct.unpack(">II", head[16:24])
+        depth, color = head[24], head[25]
+        if color in (4, 6):
+            raise InputError(f"PNG has an alpha channel ({PNG_COLOR_TYPES[color]}); publish RGB or gray PNG")
+        if depth == 16:
+            raise InputError("PNG has 16 bits per channel; publish 8-bit RGB or gray PNG")
+    if h == 0 or w == 0:
+        raise InputError(f"empty image ({w}x{h})")
+    return fmt, h, w
+
+
+def _pil_rgb(data, what: str) -> np.ndarray:
+    from PIL import Image as PILImage
+
+    try:
+        im = PILImage.open(io.BytesIO(data))
+        im.load()
+    except Exception as e:  # noqa: BLE001 - Pillow raises OSError, SyntaxError, ValueError ...
+        raise InputError(f"corrupt {what} data: {e}") from None
+    if im.mode in ("RGBA", "LA", "PA") or im.mode.startswith("I"):
+        raise InputError(f"{what} decodes to mode {im.mode} (alpha or 16 bits); publish RGB or gray")
+    if im.mode == "L":
+        return np.repeat(np.asarray(im)[:, :, None], 3, axis=2)
+    return np.array(im if im.mode == "RGB" else im.convert("RGB"))
+
+
+def _pypi_decoder():
+    """simplejpeg (libjpeg-turbo, strict: truncated data is an error) for JPEG, Pillow for PNG."""
+    try:
+        import simplejpeg
+    except ImportError:
+        simplejpeg = None
+
+    def decode(fmt: str, data) -> np.ndarray:
+        if fmt == "jpeg" and simplejpeg is not None:
+            try:
+                return simplejpeg.decode_jpeg(data, colorspace="RGB")
+            except ValueError as e:
+                raise InputError(f"corrupt JPEG data: {e}") from None
+        return _pil_rgb(data, fmt.upper())
+
+    return ("simplejpeg (JPEG) + Pillow (PNG)" if simplejpeg else "Pillow (JPEG, PNG)"), decode
+
+
+def _cv_bridge_decoder():
+    """ROS 2's cv_bridge (OpenCV imdecode), if it imports and decodes a PNG exactly; None if not
+    (PyPI's `cv-bridge` is the ROS 1 port and may fail here)."""
+    try:
+        from cv_bridge import CvBridge
+        from sensor_msgs.msg import CompressedImage
+        bridge = CvBridge()
+        probe = (np.arange(2 * 3 * 3, dtype=np.uint8) * 13).reshape(2, 3, 3)
+        msg = rgb_to_compressed(probe, "png", msg=CompressedImage())
+        got = bridge.compressed_imgmsg_to_cv2(msg, "passthrough")[:, :, ::-1]
+        if not np.array_equal(got, probe):
+            return None
+    except Exception:  # noqa: BLE001 - absent or broken: use the PyPI decoders
+        return None
+
+    def decode(fmt: str, data) -> np.ndarray:
+        msg = CompressedImage(format=fmt, data=bytes(data))
+        try:
+            pixels = bridge.compressed_imgmsg_to_cv2(msg, "passthrough")
+        except Exception as e:  # noqa: BLE001 - cv_bridge raises CvBridgeError, cv2.error
+            raise InputError(f"corrupt {fmt.upper()} data: {e}") from None
+        if pixels is None or pixels.dtype != np.uint8 or pixels.ndim not in (2, 3):
+            raise InputError(f"corrupt or unsupported {fmt.upper()} data")
+        if pixels.ndim == 2:
+            return np.repeat(pixels[:, :, None], 3, axis=2)
+        if pixels.shape[2] != 3:
+            raise InputError(f"{fmt.upper()} decodes to {pixels.shape[2]} channels; publish RGB or gray")
+        return np.ascontiguousarray(pixels[:, :, ::-1])      # OpenCV decodes to BGR
+
+    return "cv_bridge (OpenCV)", decode
+
+
+@lru_cache(maxsize=1)
+def decoder():
+    """(name, decode(format, data) -> HxWx3 uint8 RGB): cv_bridge where it works (a ROS
+    install), else the PyPI decoders. Chosen once per process."""
+    return _cv_bridge_decoder() or _pypi_decoder()
+
+
+def compressed_to_rgb(msg) -> np.ndarray:
+    """sensor_msgs/CompressedImage -> HxWx3 uint8 RGB. Called once per control frame for the
+    frame's image, never per arriving message; corrupt data raises InputError."""
+    fmt, h, w = check_compressed(msg)
+    rgb = decoder()[1](fmt, msg.data)
+    if rgb.shape[:2] != (h, w):
+        raise InputError(f"{fmt.upper()} header says {w}x{h} but the data decodes to "
+                         f"{rgb.shape[1]}x{rgb.shape[0]}")
+    return rgb
+
+
+def rgb_to_compressed(rgb: np.ndarray, fmt: str = "jpeg", quality: int = 90, msg=None):
+    """HxWx3 uint8 RGB -> sensor_msgs/CompressedImage (format "jpeg" or "png"); the inverse of
+    `compressed_to_rgb` (exact for PNG). Used by the simulator, the recorder and test drivers."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    if fmt == "jpeg":
+        try:
+            import simplejpeg
+            data = simplejpeg.encode_jpeg(rgb, quality=quality, colorspace="RGB")
+        except ImportError:
+            data = _pil_encode(rgb, "JPEG", quality=quality)
+    elif fmt == "png":
+        data = _pil_encode(rgb, "PNG", compress_level=1)     # fast; PNG is lossless at any level
+    else:
+        raise InputError(f"rgb_to_compressed writes jpeg or png, got {fmt!r}")
+    if msg is None:
+        from sensor_msgs.msg import CompressedImage
+        msg = CompressedImage()
+    msg.format, msg.data = fmt, data
+    return msg
+
+
+def _pil_encode(rgb: np.ndarray, kind: str, **options) -> bytes:
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.fromarray(rgb).save(buf, kind, **options)
+    return buf.getvalue()
 
 
 def joint_positions(msg, names: list[str]) -> np.ndarray:

@@ -22,6 +22,7 @@ class _Input:
     rejected: int = 0
     problem: str = ""              # latest rejection reason
     problem_at: float = -1e9
+    previous: tuple | None = None  # (value, stamp_ns, received, latency_s) accepted before value
 
 
 @dataclass
@@ -52,6 +53,8 @@ class InputMonitor:
     def accept(self, name: str, value, stamp_ns: int = 0, latency_s: float = 0.0) -> None:
         with self._lock:
             i = self._inputs[name]
+            if i.value is not None:
+                i.previous = (i.value, i.stamp_ns, i.received, i.latency_s)
             i.value, i.stamp_ns, i.latency_s = value, stamp_ns, max(0.0, latency_s)
             i.received = self._clock()
             i.accepted += 1
@@ -61,6 +64,17 @@ class InputMonitor:
             i = self._inputs[name]
             i.rejected += 1
             i.problem, i.problem_at = problem, self._clock()
+
+    def discard(self, name: str, value, problem: str) -> None:
+        """Reject an accepted value found bad later (an image that does not decode): the value
+        accepted before it becomes the latest again (with its own age), if there was one."""
+        with self._lock:
+            i = self._inputs[name]
+            if i.value is value:
+                i.value, i.stamp_ns, i.received, i.latency_s = i.previous or (None, 0, 0.0, 0.0)
+                i.previous = None
+                i.accepted -= 1
+        self.reject(name, problem)
 
     def note_ros_time(self, now_ns: int) -> float:
         """Record the ROS time of a tick; returns how far it jumped back (0.0 if it did not)."""
@@ -82,9 +96,10 @@ class InputMonitor:
             now = self._clock()
             values, ages, problems, stamps = {}, {}, [], []
             for name, i in self._inputs.items():
-                if i.accepted == 0:
+                if i.value is None:
                     ages[name] = None
-                    problems.append(f"{name}: no data received yet")
+                    problems.append(f"{name}: no data received yet" if i.accepted + i.rejected == 0
+                                    else f"{name}: no usable data (the latest was rejected)")
                 else:
                     values[name] = i.value
                     ages[name] = age = now - i.received + i.latency_s

@@ -45,8 +45,9 @@ from ..engine.policy_io import PolicyIOError
 from ..engine.requests import LanguageRequest, RequestRejected
 from . import diagnostics, qos
 from . import params as node_params
-from .convert import (InputError, check_image, frame_timing_msg, image_to_rgb, joint_positions,
-                      merge_deltas, text_chunk_msg, trajectory_msg)
+from .cameras import Camera, per_camera, transport_of
+from .convert import (InputError, decoder, frame_timing_msg, joint_positions, merge_deltas,
+                      rgb_to_image, text_chunk_msg, trajectory_msg)
 from .input_monitor import InputMonitor
 from .joint_space import JointSpace
 from .loop_stats import LoopStats
@@ -69,7 +70,7 @@ class _Runtime:
     tok: object
     engine: object
     period_s: float
-    cameras: dict                      # input name (resolved topic) -> model camera slot
+    cameras: dict                      # input name (resolved topic) -> Camera (slot, transport, view)
     joint_input: str
     monitor: InputMonitor
     stats: LoopStats
@@ -145,9 +146,9 @@ class OxygenNode(LifecycleNode):
         self.get_logger().info(
             f"configured in {time.monotonic() - t0:.1f} s: model {rt.p['model']}, KV pool "
             f"{rt.engine.pool.bytes_total / 2**20:.1f} MiB, {len(rt.cameras)} camera(s) -> "
-            f"{list(rt.cameras.values())}, {len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz, "
-            f"policy I/O {rt.policy.convention} ({rt.policy.action_dims} action dims -> "
-            f"{list(rt.action_joints.names)})")
+            f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
+            f"{len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz, policy I/O {rt.policy.convention} "
+            f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})")
         return super().on_configure(state)
 
     def _configure(self) -> _Runtime:
@@ -166,7 +167,10 @@ class OxygenNode(LifecycleNode):
                              f"{len(cfg.camera_slots)} camera slots {list(cfg.camera_slots)}")
         policy = build_policy_io(p, model, tok, joints, action_joints)
         resolve = lambda t: self.resolve_topic_name(t)  # noqa: E731
-        cameras = {resolve(t): slot for t, slot in zip(topics, cfg.camera_slots)}
+        cameras = {resolve(t): Camera(resolve(t), slot, transport_of(t, transport), view)
+                   for t, slot, (transport, view) in zip(topics, cfg.camera_slots, per_camera(p, len(topics)))}
+        if any(c.transport == "compressed" for c in cameras.values()):
+            self.get_logger().info(f"compressed cameras decoded with {decoder()[0]}")
         joint_input = resolve(p["joint_state_topic"])
         rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
                       model=model, tok=tok, engine=engine,
@@ -184,9 +188,12 @@ class OxygenNode(LifecycleNode):
             "memory": self.create_lifecycle_publisher(TextChunk, p["memory_topic"], memory_qos),
             "answer": self.create_lifecycle_publisher(TextChunk, p["answer_topic"], qos.TEXT),
         }
-        for name in cameras:
+        if p["publish_camera_views"]:
+            rt.pubs.update({f"view:{c.slot}": self.create_lifecycle_publisher(
+                Image, f"~/camera_view/{c.slot}", qos.SENSOR) for c in cameras.values()})
+        for name, cam in cameras.items():
             rt.subs.append(self.create_subscription(
-                Image, name, lambda msg, n=name: self._on_image(n, msg), qos.SENSOR,
+                cam.message_type, name, lambda msg, n=name: self._on_image(n, msg), qos.SENSOR,
                 callback_group=self._sensor_group))
         rt.subs.append(self.create_subscription(
             JointState, joint_input, self._on_joint_state, qos.SENSOR,
@@ -295,33 +302,46 @@ class OxygenNode(LifecycleNode):
             return 0, 0.0
         return stamp_ns, (self.get_clock().now().nanoseconds - stamp_ns) / 1e9
 
-    def _on_image(self, name: str, msg: Image) -> None:
+    def _on_image(self, name: str, msg) -> None:
         """Keep the latest message of a camera (checked, not converted): a camera sends
-        more images than frames use, so pixels are converted once per frame (_frame_images)."""
+        more images than frames use, so pixels are converted or decoded once per frame
+        (_frame_images)."""
         rt = self._rt
         if rt is None:
             return
         try:
-            check_image(msg)
+            rt.cameras[name].check(msg)
         except InputError as e:
             self._reject_image(rt, name, e)
             return
         rt.monitor.accept(name, msg, *self._arrival(msg.header.stamp))
 
-    def _reject_image(self, rt: _Runtime, name: str, e: InputError) -> None:
-        rt.monitor.reject(name, str(e))
+    def _reject_image(self, rt: _Runtime, name: str, e: InputError, accepted=None) -> None:
+        """Count and log a rejection; `accepted`: the message was accepted before and is
+        found bad now (it no longer counts as the camera's latest)."""
+        if accepted is None:
+            rt.monitor.reject(name, str(e))
+        else:
+            rt.monitor.discard(name, accepted, str(e))
         self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
 
     def _frame_images(self, rt: _Runtime, snap) -> dict | None:
-        """The frame's camera messages as RGB arrays by model slot; None if one fails."""
+        """The frame's camera messages as RGB arrays by model slot (decoded, transformed);
+        None if one fails: that message is discarded, so the next frame uses the one before
+        it (while fresh) or the next to arrive."""
         images = {}
-        for name, slot in rt.cameras.items():
+        for name, cam in rt.cameras.items():
+            msg = snap.values[name]
             try:
-                images[slot] = image_to_rgb(snap.values[name])
+                images[cam.slot] = cam.rgb(msg)
             except InputError as e:
-                self._reject_image(rt, name, e)
+                self._reject_image(rt, name, e, accepted=msg)
                 rt.stats.no_chunk(f"{name}: image rejected: {e}")
                 return None
+        for slot, rgb in images.items():
+            pub = rt.pubs.get(f"view:{slot}")
+            if pub is not None:
+                pub.publish(rgb_to_image(rgb))
         return images
 
     def _on_joint_state(self, msg: JointState) -> None:

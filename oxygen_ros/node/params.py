@@ -65,6 +65,21 @@ SPECS = [
     Spec("camera_topics", ["camera/base/image_raw"], "configure",
          "sensor_msgs/Image topics, mapped in order to the model's camera slots "
          "(fewer topics than slots: the remaining slots are masked)."),
+    # per camera, in camera_topics order; shorter lists leave the rest at the default
+    Spec("camera_transports", ["auto"], "configure",
+         "Per camera: raw (sensor_msgs/Image) | compressed (sensor_msgs/CompressedImage, JPEG or "
+         "PNG) | auto (compressed when the topic ends in /compressed, image_transport's convention)."),
+    Spec("camera_crops", [0, 0, 0, 0], "configure",
+         "Per camera 4 numbers x, y, width, height: crop box in the published image's pixels, "
+         "applied first (0, 0, 0, 0 = whole image)."),
+    Spec("camera_rotations", [0], "configure",
+         "Per camera: rotate 0 | 90 | 180 | 270 degrees counter-clockwise after the crop, before "
+         "the model's resize, to match the training data's view (openpi's LIBERO rotates 180)."),
+    Spec("camera_flips", ["none"], "configure",
+         "Per camera: none | horizontal | vertical | both, after the rotation."),
+    Spec("publish_camera_views", False, "configure",
+         "Publish each frame's camera images as the model gets them (decoded and transformed, "
+         "before its resize) on ~/camera_view/<slot> (sensor_msgs/Image rgb8), to check a view."),
     Spec("joint_state_topic", "joint_states", "configure", "sensor_msgs/JointState topic."),
     Spec("joint_names", Parameter.Type.STRING_ARRAY, "configure",
          "Joints of the state and the trajectory, matched by name in joint states (any order)."),

@@ -7,12 +7,19 @@ Writer, so recording keeps up with the control rate and the bag is exactly what
 and transient-local for memory so that entries published before the recorder started
 are recorded too. Receive times (the recorder's ROS clock) are the bag timestamps.
 
+With `cameras`, the robot's inputs too, so that `oxygen play` can feed them to a node later:
+joint states (every message) and each camera as sensor_msgs/CompressedImage at most
+`camera_hz` per camera. A compressed camera is written as it arrives; a raw one is
+encoded to JPEG once per recorded frame and written on <topic>/compressed (image_transport's
+name), so a node replaying the bag takes that topic (10x-50x smaller than raw frames).
+
 The same topics with `ros2 bag record` (see RECORDED and ros2_bag_command):
     ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
 """
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,11 +71,11 @@ def message_class(msgtype: str):
     return getattr(importlib.import_module(f"{pkg}.msg"), name)
 
 
-def _bag_qos(latched: bool):
+def _bag_qos(latched: bool, best_effort: bool = False):
     from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 
     zero = QosTime(0, 0)
-    return Qos(QosHistory.KEEP_LAST, DEPTH, QosReliability.RELIABLE,
+    return Qos(QosHistory.KEEP_LAST, DEPTH, QosReliability.BEST_EFFORT if best_effort else QosReliability.RELIABLE,
                QosDurability.TRANSIENT_LOCAL if latched else QosDurability.VOLATILE,
                zero, zero, QosLiveliness.AUTOMATIC, zero, False)
 
@@ -81,7 +88,8 @@ class BagRecorder:
     """
 
     def __init__(self, node, out: str | Path, namespace: str = "/", params: dict | None = None,
-                 storage: str = "mcap"):
+                 storage: str = "mcap", cameras: bool = False, camera_hz: float = 5.0,
+                 jpeg_quality: int = 90):
         from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
         from rosbags.rosbag2 import StoragePlugin, Writer
 
@@ -98,6 +106,7 @@ class BagRecorder:
         self.counts: dict[str, int] = {}
         self._subs = []
         store = bag_types.typestore()
+        self.output_topics = [name for name, _ in topics(namespace, params)]   # the node's
         for name, t in topics(namespace, params):
             conn = self.writer.add_connection(name, t.msgtype, typestore=store,
                                               offered_qos_profiles=[_bag_qos(t.latched)])
@@ -108,6 +117,58 @@ class BagRecorder:
             self.counts[name] = 0
             self._subs.append(node.create_subscription(
                 message_class(t.msgtype), name, lambda data, c=conn: self._write(c, data), qos, raw=True))
+        if cameras:
+            self._add_inputs(namespace, params or {}, store, camera_hz, jpeg_quality)
+
+    def _add_inputs(self, namespace, params, store, camera_hz, jpeg_quality) -> None:
+        from rclpy.qos import qos_profile_sensor_data
+        from rclpy.serialization import serialize_message
+        from sensor_msgs.msg import CompressedImage, Image, JointState
+
+        from ..node.cameras import compressed_topic, transport_of
+        from ..node.convert import InputError, image_to_rgb, rgb_to_compressed
+
+        sensor = _bag_qos(False, best_effort=True)
+        name = resolve(params.get("joint_state_topic", "joint_states"), namespace)
+        conn = self.writer.add_connection(name, "sensor_msgs/msg/JointState", typestore=store,
+                                          offered_qos_profiles=[sensor])
+        self.counts[name] = 0
+        self._subs.append(self.node.create_subscription(
+            JointState, name, lambda data, c=conn: self._write(c, data), qos_profile_sensor_data, raw=True))
+        topics = params.get("camera_topics", ["camera/base/image_raw"])
+        transports = list(params.get("camera_transports", []))
+        min_gap = 1.0 / camera_hz if camera_hz > 0 else 0.0
+        for i, topic in enumerate(topics):
+            raw = transport_of(topic, transports[i] if i < len(transports) else "auto") == "raw"
+            name = resolve(topic, namespace)
+            bag_name = compressed_topic(name) if raw else name
+            conn = self.writer.add_connection(bag_name, "sensor_msgs/msg/CompressedImage", typestore=store,
+                                              offered_qos_profiles=[sensor])
+            self.counts[bag_name] = 0
+            last = [-1e9]
+
+            def due(last=last) -> bool:      # the rate limit, on the recorder's steady clock
+                now = time.monotonic()
+                if now - last[0] < min_gap:
+                    return False
+                last[0] = now
+                return True
+
+            if raw:
+                def on_raw(msg, c=conn, due=due):
+                    if not due():
+                        return
+                    try:
+                        out = rgb_to_compressed(image_to_rgb(msg), "jpeg", jpeg_quality)
+                    except InputError:
+                        return                      # the node reports bad images; the bag skips them
+                    out.header = msg.header
+                    self._write(c, serialize_message(out))
+                self._subs.append(self.node.create_subscription(Image, name, on_raw, qos_profile_sensor_data))
+            else:
+                self._subs.append(self.node.create_subscription(
+                    CompressedImage, name, lambda data, c=conn, due=due: due() and self._write(c, data),
+                    qos_profile_sensor_data, raw=True))
 
     @property
     def topic_names(self) -> list[str]:

@@ -1,6 +1,9 @@
 """The simulated robot as a ROS 2 node: SimWorld's cameras and joint states out, chunks in.
 
-Publishes sensor_msgs/Image (rgb8) on the camera topics and sensor_msgs/JointState on
+Publishes sensor_msgs/Image (rgb8) on the camera topics, or sensor_msgs/CompressedImage
+(JPEG or PNG) on those the node takes compressed (camera_transports, or a name ending in
+/compressed) and, with `compressed`, on <topic>/compressed for every camera (image_transport's
+name); and sensor_msgs/JointState on
 the joint state topic with the node's sensor QoS (best effort, keep last), and
 follows every trajectory_msgs/JointTrajectory it receives (reliable): the points are
 targets spaced by their time_from_start, so the loop through oxygen_node is closed.
@@ -17,19 +20,29 @@ VIEW_OF_SLOT = ("base", "left_wrist", "right_wrist")   # camera_topics order = t
 
 class SimRobot:
     def __init__(self, node, params: dict, image_size: int = 160, camera_hz: float = 15.0,
-                 joint_hz: float = 50.0):
-        from sensor_msgs.msg import Image, JointState
+                 joint_hz: float = 50.0, compressed: str = "", jpeg_quality: int = 90):
+        from sensor_msgs.msg import CompressedImage, Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
         from ..node import qos
+        from ..node.cameras import compressed_topic, transport_of
 
         self.node = node
         self.world = SimWorld(params["joint_names"], params["joint_lower_limits"], params["joint_upper_limits"])
         self.size = image_size
         self._JointState = JointState
         topics = params.get("camera_topics", ["camera/base/image_raw"])
-        self.cameras = [(node.create_publisher(Image, t, qos.SENSOR), VIEW_OF_SLOT[i % 3])
-                        for i, t in enumerate(topics)]
+        transports = list(params.get("camera_transports", []))
+        self.cameras = []       # (publisher, view, format: "" = raw rgb8)
+        for i, t in enumerate(topics):
+            fmt = compressed
+            if transport_of(t, transports[i] if i < len(transports) else "auto") == "compressed":
+                fmt = compressed or "jpeg"
+            elif compressed:
+                t = compressed_topic(t)
+            pub = node.create_publisher(CompressedImage if fmt else Image, t, qos.SENSOR)
+            self.cameras.append((pub, VIEW_OF_SLOT[i % 3], fmt))
+        self.jpeg_quality = jpeg_quality
         self.joint_pub = node.create_publisher(JointState, params.get("joint_state_topic", "joint_states"),
                                                qos.SENSOR)
         node.create_subscription(JointTrajectory, params.get("trajectory_topic", "joint_trajectory"),
@@ -63,11 +76,12 @@ class SimRobot:
         self.joint_pub.publish(msg)
 
     def _on_camera_tick(self) -> None:
-        from ..node.convert import rgb_to_image
+        from ..node.convert import rgb_to_compressed, rgb_to_image
 
         stamp = self.node.get_clock().now().to_msg()
-        for pub, view in self.cameras:
-            msg = rgb_to_image(self.world.render(view, self.size), "rgb8")
+        for pub, view, fmt in self.cameras:
+            rgb = self.world.render(view, self.size)
+            msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
             msg.header.stamp = stamp
             msg.header.frame_id = f"{view}_camera"
             pub.publish(msg)
