@@ -62,14 +62,14 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     params = params_from_file(Path(args.params))
-    print("measuring the rate this machine holds ...", flush=True)
-    rate = holdable_rate_hz(measure_frame_ms(params, 128), float(params["control_rate_hz"]))
-    print(f"control rate {rate:g} Hz (params file {params['control_rate_hz']:g} Hz)", flush=True)
-
-    children = Children(out / "soak_logs", env=os.environ.copy())
+    children = Children(ROOT / "out" / "soak_logs", env=os.environ.copy())   # out/ is git-ignored
     py = sys.executable
+    configured = float(params["control_rate_hz"])
     children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
-                           "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * rate)):g}"])
+                           "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * configured)):g}"])
+    print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
+    rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
+    print(f"control rate {rate:g} Hz (params file {configured:g} Hz)", flush=True)
     node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", args.params,
                                          "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
     rclpy.init()
@@ -102,7 +102,7 @@ def main() -> int:
                 sent = now
                 future = client.call_async(AskProgress.Request(question="what have you done?", timeout_s=30.0))
                 future.add_done_callback(lambda f, s=sent: answers.append(
-                    (s, time.monotonic() - s, bool(f.result().success))))
+                    (s, time.monotonic() - s, bool(f.result().success), f.result().error)))
             if now >= next_rss:
                 next_rss += 5.0
                 rss.append((now, rss_mb(node_child.pid)))
@@ -124,7 +124,7 @@ def main() -> int:
     o = report["overall"]
     print(f"soak: {o['minutes']:.1f} min at {rate:g} Hz: {o['chunks']} chunks, {o['deadline_misses']} deadline "
           f"misses ({100 * o['deadline_miss_fraction']:.2f}%), p99 chunk interval {o['chunk_interval_p99_s']:.2f} s, "
-          f"{o['answers']} answers ({o['answers_failed']} failed), answer latency p50 {o['answer_latency_p50_s']:.1f} s "
+          f"{o['answers']} questions ({o['answers_failed']} not answered: {o['failure_reasons']}), answer latency p50 {o['answer_latency_p50_s']:.1f} s "
           f"p99 {o['answer_latency_p99_s']:.1f} s, node RSS {o['rss_first_mb']:.0f} -> {o['rss_last_mb']:.0f} MB")
     print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
     return 0
@@ -139,7 +139,7 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
         cs = [c for c in chunks if t <= c < u]
         gaps = [b - a for a, b in zip(cs, cs[1:])]
         fr = [m for s, m, _ in timings if t <= s < u]
-        ans = [lat for s, lat, _ in answers if t <= s < u]
+        ans = [lat for s, lat, ok, _ in answers if t <= s < u and ok]
         mem = [m for s, m in rss if t <= s < u and m is not None]
         buckets.append({"t_min": (t - t0) / 60, "chunks": len(cs), "chunk_interval_p99_s": percentile(gaps, 99),
                         "frames": len(fr), "deadline_misses": sum(fr),
@@ -147,14 +147,20 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
                         "answer_latency_max_s": max(ans, default=None), "rss_mb": mem[-1] if mem else None})
         t = u
     gaps = [b - a for a, b in zip(chunks, chunks[1:])]
-    lat = [lat for _, lat, _ in answers]
+    lat = [lat for _, lat, ok, _ in answers if ok]
+    reasons = {}
+    for _, _, ok, error in answers:
+        if not ok:
+            key = error.split("(")[0].split(";")[0].strip()[:60]
+            reasons[key] = reasons.get(key, 0) + 1
     frames = [m for s, m, _ in timings if s >= t0]
     mem = [m for _, m in rss if m is not None]
     return {"rate_hz": rate, "bucket_s": bucket, "exit_codes": codes, "buckets": buckets, "overall": {
         "minutes": (min(end, time.monotonic()) - t0) / 60, "chunks": len(chunks),
         "chunk_interval_p99_s": percentile(gaps, 99), "frames": len(frames),
         "deadline_misses": sum(frames), "deadline_miss_fraction": sum(frames) / max(1, len(frames)),
-        "answers": len(answers), "answers_failed": sum(not ok for _, _, ok in answers),
+        "answers": len(answers), "answers_failed": sum(not ok for _, _, ok, _ in answers),
+        "failure_reasons": reasons,
         "answer_latency_p50_s": percentile(lat, 50), "answer_latency_p99_s": percentile(lat, 99),
         "rss_first_mb": mem[0] if mem else None, "rss_last_mb": mem[-1] if mem else None,
         "rss_max_mb": max(mem, default=None)}}
@@ -170,7 +176,7 @@ def plot(report: dict, path: Path) -> None:
     t = [x["t_min"] for x in b]
     fig, ax = plt.subplots(4, 1, figsize=(10, 9), sharex=True)
     series = [("node RSS (MB)", "rss_mb"), ("deadline misses per bucket", "deadline_misses"),
-              ("p99 chunk interval (s)", "chunk_interval_p99_s"), ("answer latency mean (s)", "answer_latency_mean_s")]
+              ("p99 chunk interval (s)", "chunk_interval_p99_s"), ("answer latency mean, answered (s)", "answer_latency_mean_s")]
     for a, (label, key) in zip(ax, series):
         a.plot(t, [x[key] if x[key] is not None else float("nan") for x in b], marker="o")
         a.set_ylabel(label, fontsize=8)

@@ -81,13 +81,18 @@ def _settle(futures: dict, sent: dict, timeout_s: float, d) -> dict:
     return out
 
 
+def _send(d, client, AskProgress, futures: dict, sent: dict, i: int, question: str, timeout_s: float):
+    """Call ask_progress without waiting; when it was sent and answered go into sent / d.done_at."""
+    sent[i] = time.monotonic()
+    futures[i] = client.call_async(AskProgress.Request(question=f"{question} #{i}", timeout_s=timeout_s))
+    futures[i].add_done_callback(lambda _f, i=i: d.done_at.setdefault(i, time.monotonic()))
+
+
 def _fire(d, client, AskProgress, n: int, question: str, timeout_s: float):
     futures, sent = {}, {}
     d.done_at = {}
     for i in range(n):
-        sent[i] = time.monotonic()
-        futures[i] = client.call_async(AskProgress.Request(question=f"{question} #{i}", timeout_s=timeout_s))
-        futures[i].add_done_callback(lambda _f, i=i: d.done_at.setdefault(i, time.monotonic()))
+        _send(d, client, AskProgress, futures, sent, i, question, timeout_s)
     return futures, sent
 
 
@@ -150,15 +155,11 @@ def flood_with_stalled_cameras(namespace, *, deadline):
             now = time.monotonic() - t0
             if stalled_at is None and now >= 1.0:
                 stalled_at = time.monotonic()
-                for c in range(len(CAMERA_TOPICS)):
-                    d.mode[c] = "off"
+                d.mode.update({c: "off" for c in range(len(CAMERA_TOPICS))})
             if resumed_at is None and now >= 4.0:
                 resumed_at = time.monotonic()
-                for c in range(len(CAMERA_TOPICS)):
-                    d.mode[c] = "good"
-            sent[i] = time.monotonic()
-            futures[i] = client.call_async(AskProgress.Request(question=f"flood #{i}", timeout_s=2.0))
-            futures[i].add_done_callback(lambda _f, i=i: d.done_at.setdefault(i, time.monotonic()))
+                d.mode.update({c: "good" for c in range(len(CAMERA_TOPICS))})
+            _send(d, client, AskProgress, futures, sent, i, "flood", 2.0)
             i += 1
             time.sleep(0.1)
         out = _settle(futures, sent, 2.0, d)
