@@ -147,6 +147,15 @@ def test_long_prompt_keeps_first_200_tokens_with_warning(tmp_path, caplog):
         ids = io.prompt_tokens(task, np.array([0.0]), SentencePieceLike())
     assert ids == full[:200] and len(full) > 200
     assert any("200" in r.getMessage() for r in caplog.records)
+    # a control loop cuts the same prompt every frame: warned again only every 1000th time
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(998):
+            assert io.prompt_tokens(task, np.array([0.0]), SentencePieceLike()) == full[:200]
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING):
+        io.prompt_tokens(task, np.array([0.0]), SentencePieceLike())
+    assert io.prompt_cuts == 1000 and "1000 prompts cut" in caplog.records[-1].getMessage()
     short = io.prompt_tokens("hi", np.array([0.0]), SentencePieceLike())
     assert short == [1000] + list(b"Task: hi, State: 128;\nAction: ")
 

@@ -69,6 +69,7 @@ class PolicyIO:
     n_action_steps: int | None = None                            # LeRobot's config, if it says
     tokenizer: Any = None                                        # anything with encode(text)
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
+    prompt_cuts: int = 0                                         # prompts cut to max_prompt_tokens
 
     def images(self, images: dict[str, np.ndarray | None]) -> tuple[torch.Tensor, list[bool]]:
         return camera_pixels(images, self.convention, self.image_size)
@@ -96,7 +97,17 @@ class PolicyIO:
         tokenizer = tokenizer or self.tokenizer
         if tokenizer is None:
             raise PolicyIOError("no tokenizer: pass one or set PolicyIO.tokenizer")
-        return encode_prompt(tokenizer, task, self._bins(task, state), self.max_prompt_tokens)
+        ids = encode_prompt(tokenizer, task, self._bins(task, state))
+        if len(ids) > self.max_prompt_tokens:
+            # as both conventions do: keep the first tokens. Warned the first time and every
+            # 1000th, since a control loop cuts the same prompt every frame.
+            self.prompt_cuts += 1
+            if self.prompt_cuts == 1 or self.prompt_cuts % 1000 == 0:
+                log.warning("prompt is %d tokens, longer than %d: keeping the first %d (the task text "
+                            "or state may be cut; %d prompts cut so far)", len(ids), self.max_prompt_tokens,
+                            self.max_prompt_tokens, self.prompt_cuts)
+            ids = ids[: self.max_prompt_tokens]
+        return ids
 
     def observation(self, images: dict, state, task: str, stamp: float = 0.0) -> Observation:
         """The engine's input for one frame: pixels and prompt ids made by this checkpoint's rules."""

@@ -10,11 +10,8 @@ An empty task is allowed: openpi and LeRobot both accept "" (openpi only rejects
 from __future__ import annotations
 
 import inspect
-import logging
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 STATE_BIN_EDGES = np.linspace(-1.0, 1.0, 256 + 1)[:-1]
 MAX_PROMPT_TOKENS = 200          # openpi max_token_len for pi0.5; LeRobot tokenizer max_length
@@ -46,15 +43,8 @@ def _encode(tokenizer, text: str, bos: bool) -> list[int]:
     return list(tokenizer.encode(text))
 
 
-def encode_prompt(tokenizer, task: str, bins: list[int] | None,
-                  max_tokens: int = MAX_PROMPT_TOKENS) -> list[int]:
-    """Token ids as the conventions build them, keeping the first max_tokens (with a warning)."""
+def encode_prompt(tokenizer, task: str, bins: list[int] | None) -> list[int]:
+    """Token ids as the conventions build them (PolicyIO.prompt_tokens cuts them to the limit)."""
     if bins is None:
-        ids = _encode(tokenizer, clean_task(task), True) + _encode(tokenizer, "\n", False)
-    else:
-        ids = _encode(tokenizer, state_prompt(task, bins), True)
-    if len(ids) > max_tokens:
-        log.warning("prompt is %d tokens, longer than %d: keeping the first %d (the task text "
-                    "or state may be cut)", len(ids), max_tokens, max_tokens)
-        ids = ids[:max_tokens]
-    return ids
+        return _encode(tokenizer, clean_task(task), True) + _encode(tokenizer, "\n", False)
+    return _encode(tokenizer, state_prompt(task, bins), True)
