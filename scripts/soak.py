@@ -74,7 +74,6 @@ def main() -> int:
                                          "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
     rclpy.init()
     node = rclpy.create_node("oxygen_soak")
-    lock = threading.Lock()
     chunks, timings, answers = [], [], []          # (t, ...) since the first chunk
     node.create_subscription(JointTrajectory, "/joint_trajectory",
                              lambda m: chunks.append(time.monotonic()), qos.CONTROL)
@@ -85,7 +84,7 @@ def main() -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     threading.Thread(target=executor.spin, daemon=True).start()
-    rss = []
+    rss, died, t0 = [], [], None
     try:
         while not chunks:
             if children.dead():
@@ -108,17 +107,23 @@ def main() -> int:
                 rss.append((now, rss_mb(node_child.pid)))
             if now >= next_print:
                 next_print += 60.0
-                with lock:
-                    misses = sum(m for t, m, _ in timings if t >= t0)
+                misses = sum(m for t, m, _ in timings if t >= t0)
                 print(f"[{(now - t0) / 60:4.1f} min] {len(chunks)} chunks, {misses} deadline misses, "
                       f"{len(answers)} answers, node RSS {rss[-1][1]:.0f} MB", flush=True)
             time.sleep(0.05)
+        died = [c.name for c in children.dead()]
+    except KeyboardInterrupt:              # Ctrl-C: stop early, still write what was measured
+        print("interrupted: writing the figures so far", flush=True)
+        end = time.monotonic()
     finally:
         executor.shutdown(timeout_sec=2.0)
         node.destroy_node()
         rclpy.try_shutdown()
         codes = children.stop_all(["node", "sim"])
+    if t0 is None:                         # interrupted before the first chunk: nothing measured
+        return 130
     report = summarise(t0, end, args.bucket, rate, chunks, timings, answers, rss, codes)
+    report["died_early"] = died
     (out / "soak_demo.json").write_text(json.dumps(report, indent=2))
     plot(report, out / "soak_demo.png")
     o = report["overall"]
@@ -127,7 +132,9 @@ def main() -> int:
           f"{o['answers']} questions ({o['answers_failed']} not answered: {o['failure_reasons']}), answer latency p50 {o['answer_latency_p50_s']:.1f} s "
           f"p99 {o['answer_latency_p99_s']:.1f} s, node RSS {o['rss_first_mb']:.0f} -> {o['rss_last_mb']:.0f} MB")
     print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
-    return 0
+    if died:
+        print(f"FAILED: {', '.join(died)} exited during the run (logs in {children.log_dir})")
+    return 1 if died else 0
 
 
 def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> dict:

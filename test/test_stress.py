@@ -8,8 +8,8 @@ long lifecycle runs, signals and live parameter changes.
 - A question flood while the cameras stall and resume: every call is answered or
   refused with the reason, and frames resume with the cameras.
 - SIGINT / SIGTERM mid-frame to the node, the simulated robot and `oxygen record`:
-  each exits 0, the bag is closed and readable; `oxygen demo` stopped by a signal leaves
-  no child process behind.
+  each exits 0, the bag is closed and readable. `oxygen demo` stopped by a signal leaves
+  no child process behind: test/test_demo.py (marked `stress` too, beside its helpers).
 - Parameter changes while active: live ones apply, configure-time ones are refused with
   the reason.
 
