@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -29,6 +30,10 @@ def rss_mb(pid: int) -> float | None:
             return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
     except (OSError, StopIteration):
         return None
+
+
+def interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def percentile(values, q):
@@ -52,6 +57,7 @@ def main() -> int:
     from oxygen_msgs.msg import FrameTiming
     from oxygen_msgs.srv import AskProgress
     from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
     from trajectory_msgs.msg import JointTrajectory
 
     from oxygen_ros.node import qos
@@ -65,14 +71,23 @@ def main() -> int:
     children = Children(ROOT / "out" / "soak_logs", env=os.environ.copy())   # out/ is git-ignored
     py = sys.executable
     configured = float(params["control_rate_hz"])
-    children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
-                           "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * configured)):g}"])
-    print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
-    rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
-    print(f"control rate {rate:g} Hz (params file {configured:g} Hz)", flush=True)
-    node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", args.params,
-                                         "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
-    rclpy.init()
+    # a kill stops the soak as Ctrl-C does: the figures so far are still written
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        sim = children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
+                                     "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * configured)):g}"])
+        if not sim.wait_for_line("sim: ", 60.0):
+            raise SystemExit("the simulated robot did not start:\n" + sim.log_tail())
+        print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
+        rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
+        print(f"control rate {rate:g} Hz (params file {configured:g} Hz)", flush=True)
+        node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file",
+                                             args.params, "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
+    except BaseException:                  # Ctrl-C while measuring: no child outlives the script
+        children.stop_all()
+        raise
+    # without rclpy's handlers: a signal must not invalidate the context under the loop
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node("oxygen_soak")
     chunks, timings, answers = [], [], []          # (t, ...) since the first chunk
     node.create_subscription(JointTrajectory, "/joint_trajectory",
