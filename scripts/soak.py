@@ -99,7 +99,7 @@ def main() -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     threading.Thread(target=executor.spin, daemon=True).start()
-    rss, died, t0 = [], [], None
+    rss, died, t0, interrupted = [], [], None, False
     try:
         while not chunks:
             if children.dead():
@@ -129,7 +129,7 @@ def main() -> int:
         died = [c.name for c in children.dead()]
     except KeyboardInterrupt:              # Ctrl-C: stop early, still write what was measured
         print("interrupted: writing the figures so far", flush=True)
-        end = time.monotonic()
+        end, interrupted = time.monotonic(), True
     finally:
         executor.shutdown(timeout_sec=2.0)
         node.destroy_node()
@@ -149,7 +149,7 @@ def main() -> int:
     print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
     if died:
         print(f"FAILED: {', '.join(died)} exited during the run (logs in {children.log_dir})")
-    return 1 if died else 0
+    return 1 if died else 130 if interrupted else 0
 
 
 def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> dict:
