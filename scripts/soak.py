@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -29,6 +30,10 @@ def rss_mb(pid: int) -> float | None:
             return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
     except (OSError, StopIteration):
         return None
+
+
+def interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def percentile(values, q):
@@ -52,6 +57,7 @@ def main() -> int:
     from oxygen_msgs.msg import FrameTiming
     from oxygen_msgs.srv import AskProgress
     from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
     from trajectory_msgs.msg import JointTrajectory
 
     from oxygen_ros.node import qos
@@ -65,16 +71,24 @@ def main() -> int:
     children = Children(ROOT / "out" / "soak_logs", env=os.environ.copy())   # out/ is git-ignored
     py = sys.executable
     configured = float(params["control_rate_hz"])
-    children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
-                           "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * configured)):g}"])
-    print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
-    rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
-    print(f"control rate {rate:g} Hz (params file {configured:g} Hz)", flush=True)
-    node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", args.params,
-                                         "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
-    rclpy.init()
+    # a kill stops the soak as Ctrl-C does: the figures so far are still written
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        sim = children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
+                                     "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * configured)):g}"])
+        if not sim.wait_for_line("sim: ", 60.0):
+            raise SystemExit("the simulated robot did not start:\n" + sim.log_tail())
+        print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
+        rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
+        print(f"control rate {rate:g} Hz (params file {configured:g} Hz)", flush=True)
+        node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file",
+                                             args.params, "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
+    except BaseException:                  # Ctrl-C while measuring: no child outlives the script
+        children.stop_all()
+        raise
+    # without rclpy's handlers: a signal must not invalidate the context under the loop
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node("oxygen_soak")
-    lock = threading.Lock()
     chunks, timings, answers = [], [], []          # (t, ...) since the first chunk
     node.create_subscription(JointTrajectory, "/joint_trajectory",
                              lambda m: chunks.append(time.monotonic()), qos.CONTROL)
@@ -85,7 +99,7 @@ def main() -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     threading.Thread(target=executor.spin, daemon=True).start()
-    rss = []
+    rss, died, t0, interrupted = [], [], None, False
     try:
         while not chunks:
             if children.dead():
@@ -108,17 +122,23 @@ def main() -> int:
                 rss.append((now, rss_mb(node_child.pid)))
             if now >= next_print:
                 next_print += 60.0
-                with lock:
-                    misses = sum(m for t, m, _ in timings if t >= t0)
+                misses = sum(m for t, m, _ in timings if t >= t0)
                 print(f"[{(now - t0) / 60:4.1f} min] {len(chunks)} chunks, {misses} deadline misses, "
                       f"{len(answers)} answers, node RSS {rss[-1][1]:.0f} MB", flush=True)
             time.sleep(0.05)
+        died = [c.name for c in children.dead()]
+    except KeyboardInterrupt:              # Ctrl-C: stop early, still write what was measured
+        print("interrupted: writing the figures so far", flush=True)
+        end, interrupted = time.monotonic(), True
     finally:
         executor.shutdown(timeout_sec=2.0)
         node.destroy_node()
         rclpy.try_shutdown()
         codes = children.stop_all(["node", "sim"])
+    if t0 is None:                         # interrupted before the first chunk: nothing measured
+        return 130
     report = summarise(t0, end, args.bucket, rate, chunks, timings, answers, rss, codes)
+    report["died_early"] = died
     (out / "soak_demo.json").write_text(json.dumps(report, indent=2))
     plot(report, out / "soak_demo.png")
     o = report["overall"]
@@ -127,7 +147,9 @@ def main() -> int:
           f"{o['answers']} questions ({o['answers_failed']} not answered: {o['failure_reasons']}), answer latency p50 {o['answer_latency_p50_s']:.1f} s "
           f"p99 {o['answer_latency_p99_s']:.1f} s, node RSS {o['rss_first_mb']:.0f} -> {o['rss_last_mb']:.0f} MB")
     print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
-    return 0
+    if died:
+        print(f"FAILED: {', '.join(died)} exited during the run (logs in {children.log_dir})")
+    return 1 if died else 130 if interrupted else 0
 
 
 def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> dict:

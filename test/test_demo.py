@@ -95,7 +95,10 @@ def test_demo_runs_the_loop_answers_and_cleans_up(tmp_path):
     assert {p.name for p in (out / "logs").iterdir()} == {"sim.log", "recorder.log", "node.log"}
 
 
-def test_demo_ctrl_c_stops_every_process_and_closes_the_bag(tmp_path):
+@pytest.mark.stress                    # part of the stress suite; here for this file's process helpers
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_demo_stopped_by_a_signal_stops_every_process_and_closes_the_bag(sig, tmp_path):
+    """Ctrl-C (SIGINT) or a `kill` (SIGTERM) mid-run: exit 130, no child left, bag closed."""
     out = tmp_path / "demo"
     proc = demo(out, "--duration", "120")
     lines = []
@@ -106,14 +109,14 @@ def test_demo_ctrl_c_stops_every_process_and_closes_the_bag(tmp_path):
             if "first action chunk" in line or time.monotonic() > end:
                 break
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         rest, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     output = "".join(lines) + rest
     assert proc.returncode == 130, output
-    assert "interrupted (SIGINT)" in output
+    assert f"interrupted ({sig.name})" in output
     assert all(gone(pid) for pid in started_pids(output).values()), output
     assert not processes_mentioning(str(out))
     assert (out / "bag" / "metadata.yaml").is_file(), output

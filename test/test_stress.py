@@ -8,8 +8,8 @@ long lifecycle runs, signals and live parameter changes.
 - A question flood while the cameras stall and resume: every call is answered or
   refused with the reason, and frames resume with the cameras.
 - SIGINT / SIGTERM mid-frame to the node, the simulated robot and `oxygen record`:
-  each exits 0, the bag is closed and readable; `oxygen demo` stopped by a signal leaves
-  no child process behind.
+  each exits 0, the bag is closed and readable. `oxygen demo` stopped by a signal leaves
+  no child process behind: test/test_demo.py (marked `stress` too, beside its helpers).
 - Parameter changes while active: live ones apply, configure-time ones are refused with
   the reason.
 
@@ -224,8 +224,8 @@ def test_burst_of_50_questions_every_call_answered_or_refused(active_node):
 
 def test_100_lifecycle_cycles_succeed_with_bounded_rss():
     """100 configure/activate/deactivate/cleanup cycles from another process: every
-    transition succeeds and RSS levels off. Measured here: +42 MB over the first 50 cycles
-    (allocator arenas and rclpy's caches filling), +4 MB over the next 50. Bounds: +20 MB
+    transition succeeds and RSS levels off. Measured here: +42 and +51 MB over the first 50
+    cycles (allocator arenas and rclpy's caches filling), +4 and +2 MB over the next 50. Bounds: +20 MB
     over the second half (a leak of the tiny model and pool, ~2 MB a cycle, would add
     ~100 MB) and +90 MB in all."""
     with node_processes() as start:

@@ -114,16 +114,6 @@ def _compressed_params(params: dict, path: Path) -> Path:
     return path
 
 
-def _wait_for_line(child, prefix: str, timeout: float, stop) -> bool:
-    """Wait until the child's log has a line starting with prefix (False: it died, timed out or stop)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not stop.is_set() and child.alive():
-        if any(line.startswith(prefix) for line in child.log_tail(100_000).splitlines()):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _node_log_lines(child, offset: int):
     """New lines of the node's log worth showing (configure/activate, errors); new offset."""
     try:
@@ -214,7 +204,7 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
                                 *(["--cameras"] if args.record_cameras else [])])
     # the node last, once the recorder subscribes and the robot publishes: the bag gets every frame
     for name, ready in (("recorder", "recording "), ("sim", "sim: ")):
-        if not _wait_for_line(children.children[name], ready, 60.0, stop):
+        if not children.children[name].wait_for_line(ready, 60.0, stop):
             say(f"{name} did not start; its log:\n" + children.children[name].log_tail())
             return 130 if stop.is_set() else 1
     # measured while the robot renders and the recorder records: they share the CPU with the node

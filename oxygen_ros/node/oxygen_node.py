@@ -552,12 +552,18 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 def spin(executor: MultiThreadedExecutor) -> None:
     """executor.spin(), surviving rclpy's race between a transition that destroys
     entities (cleanup runs in a worker thread) and the executor thread building its wait
-    set from them: that spin raises InvalidHandle, and the next one rebuilds the set."""
+    set from them: that spin raises InvalidHandle, and the next one rebuilds the set.
+    A signal that shuts the context down while the wait set is being built makes rclpy
+    raise RCLError ("context is not valid") instead of ExternalShutdownException: a
+    shutdown all the same (it made SIGTERM exit 1 about one time in three)."""
     while executor.context.ok():
         try:
             executor.spin_once(timeout_sec=0.5)
         except _rclpy.InvalidHandle:
             continue
+        except _rclpy.RCLError:
+            if executor.context.ok():
+                raise
 
 
 def main(argv=None) -> int:

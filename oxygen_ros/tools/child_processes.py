@@ -34,6 +34,15 @@ class Child:
         except OSError:
             return ""
 
+    def wait_for_line(self, prefix: str, timeout: float, stop=None) -> bool:
+        """Wait until the log has a line starting with prefix (False: it died, timed out or stop was set)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not (stop is not None and stop.is_set()) and self.alive():
+            if any(line.startswith(prefix) for line in self.log_tail(100_000).splitlines()):
+                return True
+            time.sleep(0.05)
+        return False
+
 
 class Children:
     def __init__(self, log_dir: Path, env: dict | None = None):
