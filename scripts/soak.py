@@ -62,7 +62,7 @@ def main() -> int:
 
     from oxygen_ros.node import qos
     from oxygen_ros.tools.child_processes import Children
-    from oxygen_ros.tools.demo_rate import holdable_rate_hz, measure_frame_ms
+    from oxygen_ros.tools.demo_rate import holdable_rate_hz, measure_frame_ms, sim_camera_hz
     from oxygen_ros.tools.params_files import params_from_file
 
     out = Path(args.out)
@@ -75,7 +75,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupt)
     try:
         sim = children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", args.params, "--quiet",
-                                     "--image-size", "128", "--camera-hz", f"{min(15.0, max(5.0, 3 * configured)):g}"])
+                                     "--image-size", "128", "--camera-hz", f"{sim_camera_hz(configured):g}"])
         if not sim.wait_for_line("sim: ", 60.0):
             raise SystemExit("the simulated robot did not start:\n" + sim.log_tail())
         print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)

@@ -195,7 +195,9 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     from oxygen_ros.tools.demo_monitor import DemoMonitor, clean
 
     py = sys.executable
-    camera_hz = args.camera_hz or min(15.0, max(5.0, 3 * float(params.get("control_rate_hz", 10.0))))
+    from oxygen_ros.tools.demo_rate import sim_camera_hz
+
+    camera_hz = args.camera_hz or sim_camera_hz(params.get("control_rate_hz", 10.0))
     children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
                            "--image-size", str(args.image_size), "--camera-hz", f"{camera_hz:g}",
                            "--joint-hz", "30", *(["--compressed", args.compressed] if args.compressed else [])])

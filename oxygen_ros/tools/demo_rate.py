@@ -59,3 +59,9 @@ def holdable_rate_hz(frame_ms: list[float], configured_hz: float) -> float:
     allowed = 1e3 / (MARGIN * float(np.median(frame_ms)))
     stepped = max(MIN_RATE_HZ, math.floor(allowed / RATE_STEP_HZ) * RATE_STEP_HZ)
     return round(min(configured_hz, stepped), 2)
+
+
+def sim_camera_hz(control_rate_hz: float) -> float:
+    """The simulated robot's camera rate for a control rate: 3 images a frame, 5..15 Hz
+    (more only costs the CPU the model runs on)."""
+    return min(15.0, max(5.0, 3 * float(control_rate_hz)))
