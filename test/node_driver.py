@@ -74,6 +74,7 @@ class Driver:
         self.get_client = node.create_client(GetState, f"{base}/get_state")
         self.param_client = node.create_client(SetParameters, f"{base}/set_parameters")
         self.ask_client = node.create_client(AskProgress, f"{base}/ask_progress")
+        self._change_answered = self._ask_answered = False    # see transition() and ask_async()
         self._types = dict(ChangeState=ChangeState, GetState=GetState, SetParameters=SetParameters,
                            AskProgress=AskProgress)
         self.executor = SingleThreadedExecutor()
@@ -155,11 +156,24 @@ class Driver:
                 raise TimeoutError(f"timed out after {timeout:.1f} s waiting for {what}")
             time.sleep(period)
 
-    def _call(self, client, request, timeout: float, what: str):
+    def _call(self, client, request, timeout: float, what: str, attempt_s: float = 4.0):
+        """Call and wait for the response; one without a response after attempt_s is resent.
+
+        Fast DDS drops a response when the server has not yet matched the client's response
+        reader ("failed to send response (timeout)" in the node's log): a first call can
+        race discovery even after service_is_ready. Only idempotent requests go here.
+        """
+        end = time.monotonic() + timeout
         self.wait_until(client.service_is_ready, timeout, f"service {client.srv_name} ({what})")
-        future = client.call_async(request)
-        self.wait_until(future.done, timeout, what)
-        return future.result()
+        while True:
+            future = client.call_async(request)
+            try:
+                self.wait_until(future.done, max(0.0, min(attempt_s, end - time.monotonic())), what)
+                return future.result()
+            except TimeoutError:
+                client.remove_pending_request(future)
+                if time.monotonic() >= end:
+                    raise
 
     # -- lifecycle, parameters, questions ------------------------------------------------
     def state(self, timeout: float = 10.0) -> str:
@@ -167,9 +181,18 @@ class Driver:
                           "GetState").current_state.label
 
     def transition(self, label: str, timeout: float = 20.0) -> bool:
-        req = self._types["ChangeState"].Request()
+        """A transition is not idempotent, so it is sent once, after an unknown transition
+        (refused by the node, no side effect) got a response: the response channel works."""
+        ChangeState = self._types["ChangeState"]
+        if not self._change_answered:
+            probe = ChangeState.Request()
+            probe.transition.label = "no_such_transition"
+            self._call(self.change_client, probe, timeout, "a probe transition")
+            self._change_answered = True
+        req = ChangeState.Request()
         req.transition.label = label
-        return self._call(self.change_client, req, timeout, f"the {label} transition").success
+        return self._call(self.change_client, req, timeout, f"the {label} transition",
+                          attempt_s=timeout).success
 
     def set_param(self, name: str, value, timeout: float = 10.0):
         from rclpy.parameter import Parameter
@@ -179,7 +202,10 @@ class Driver:
         return r.successful, r.reason
 
     def ask_async(self, question: str, timeout_s: float = 0.0):
-        self.wait_until(self.ask_client.service_is_ready, 10.0, "the ask_progress service")
+        if not self._ask_answered:     # an empty question is refused at once: a safe probe
+            self._call(self.ask_client, self._types["AskProgress"].Request(question=""), 10.0,
+                       "a probe question")
+            self._ask_answered = True
         req = self._types["AskProgress"].Request(question=question, timeout_s=timeout_s)
         return self.ask_client.call_async(req)
 
