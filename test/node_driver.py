@@ -156,7 +156,7 @@ class Driver:
                 raise TimeoutError(f"timed out after {timeout:.1f} s waiting for {what}")
             time.sleep(period)
 
-    def _call(self, client, request, timeout: float, what: str, attempt_s: float = 4.0):
+    def call(self, client, request, timeout: float, what: str, attempt_s: float = 4.0):
         """Call and wait for the response; one without a response after attempt_s is resent.
 
         Fast DDS drops a response when the server has not yet matched the client's response
@@ -177,7 +177,7 @@ class Driver:
 
     # -- lifecycle, parameters, questions ------------------------------------------------
     def state(self, timeout: float = 10.0) -> str:
-        return self._call(self.get_client, self._types["GetState"].Request(), timeout,
+        return self.call(self.get_client, self._types["GetState"].Request(), timeout,
                           "GetState").current_state.label
 
     def transition(self, label: str, timeout: float = 20.0) -> bool:
@@ -187,23 +187,23 @@ class Driver:
         if not self._change_answered:
             probe = ChangeState.Request()
             probe.transition.label = "no_such_transition"
-            self._call(self.change_client, probe, timeout, "a probe transition")
+            self.call(self.change_client, probe, timeout, "a probe transition")
             self._change_answered = True
         req = ChangeState.Request()
         req.transition.label = label
-        return self._call(self.change_client, req, timeout, f"the {label} transition",
+        return self.call(self.change_client, req, timeout, f"the {label} transition",
                           attempt_s=timeout).success
 
     def set_param(self, name: str, value, timeout: float = 10.0):
         from rclpy.parameter import Parameter
 
         req = self._types["SetParameters"].Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
-        r = self._call(self.param_client, req, timeout, f"setting {name}").results[0]
+        r = self.call(self.param_client, req, timeout, f"setting {name}").results[0]
         return r.successful, r.reason
 
     def ask_async(self, question: str, timeout_s: float = 0.0):
         if not self._ask_answered:     # an empty question is refused at once: a safe probe
-            self._call(self.ask_client, self._types["AskProgress"].Request(question=""), 10.0,
+            self.call(self.ask_client, self._types["AskProgress"].Request(question=""), 10.0,
                        "a probe question")
             self._ask_answered = True
         req = self._types["AskProgress"].Request(question=question, timeout_s=timeout_s)

@@ -90,7 +90,7 @@ class BagRecorder:
     def __init__(self, node, out: str | Path, namespace: str = "/", params: dict | None = None,
                  storage: str = "mcap", cameras: bool = False, camera_hz: float = 5.0,
                  jpeg_quality: int = 90):
-        from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+        from ..node import qos as node_qos
         from rosbags.rosbag2 import StoragePlugin, Writer
 
         out = Path(out)
@@ -110,10 +110,7 @@ class BagRecorder:
         for name, t in topics(namespace, params):
             conn = self.writer.add_connection(name, t.msgtype, typestore=store,
                                               offered_qos_profiles=[_bag_qos(t.latched)])
-            qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=DEPTH,
-                             reliability=ReliabilityPolicy.RELIABLE,
-                             durability=(DurabilityPolicy.TRANSIENT_LOCAL if t.latched
-                                         else DurabilityPolicy.VOLATILE))
+            qos = (node_qos.latched if t.latched else node_qos.reliable)(DEPTH)
             self.counts[name] = 0
             self._subs.append(node.create_subscription(
                 message_class(t.msgtype), name, lambda data, c=conn: self._write(c, data), qos, raw=True))
