@@ -10,7 +10,8 @@ the chunk on static buffers and, on CUDA, replays two graphs per prefix-length b
 - the prefill runs over Lb tokens with a mask in which the L real tokens see only real
   tokens (and, for a causal prefix, only earlier ones): their K/V and hidden states are
   those of an unpadded prefill. Padding tokens see everything, so no softmax row is
-  empty (an all-masked row would be NaN, and NaN K/V poison even masked reads);
+  empty (what an all-masked row yields depends on the attention backend, NaN in some,
+  and a NaN in the padding's K/V would poison even masked reads: 0 * NaN = NaN);
 - the expert writes its K/V at [Lb, Lb + H) and reads [0, Lb + H) under a mask hiding
   the padding [L, Lb); its rope positions are L..L+H-1 from the device scalar, so the
   chunk is the unpadded one's;
