@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from engine_fixtures import observation, tiny
+from oxygen_ros.engine.chunk_graphs import ChunkStep
 from oxygen_ros.engine.decode_graphs import DecodeStep
 from oxygen_ros.engine.bench.baselines import IsolatedRunner, SequentialEngine, SharedEngine
 from oxygen_ros.engine.requests import LanguageRequest
@@ -47,13 +48,15 @@ def test_tokens_and_actions_equal_isolated(k, transfers):
 
     "once-per-frame" is the GPU schedule run on the CPU: tokens reach the host once per
     frame and finished requests ride along; "+buckets" also pads the decode batch to a
-    power of two and rounds the read length up, as the CUDA graphs do."""
+    power of two and rounds the read length up, and pads the prefix to its bucket in the
+    reserved slot (prefill and action chunk on static buffers), as the CUDA graphs do."""
     model, tok = tiny()
     engine = OxygenEngine(model, tok, EngineConfig(max_requests=5, max_queue=32, steps_per_frame=k))
     if transfers != "every-step":
         engine.sync_every_step = False
     if transfers.endswith("buckets"):
         engine.decoder = DecodeStep(model, engine.pool, bucket=16, pad_rows=True)
+        engine.chunk = ChunkStep(model, engine.pool, bucket=16)
     obs, results, finals, reqs = _run(engine, 14, _varied_requests)
     iso = IsolatedRunner(model, tok)
     for (o, noise), res in zip(obs, results):

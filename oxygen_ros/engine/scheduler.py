@@ -2,7 +2,8 @@
 
 Per frame: prefill the observation once into the pool's staging slot; the action expert
 denoises against it; queued language requests are admitted from that same prefix (the
-first takes the staging slot itself, others fork it) with their prompts prefilled in
+first takes the staging slot itself, others fork it; with CUDA graphs the prefix sits in
+the reserved extra slot and every request forks it) with their prompts prefilled in
 one batch; then every live request, whatever frame it started in, decodes k steps in
 one batched call per step. Finished requests free their slot; the rest carry over.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
 from .frame import FrameResult, PhaseTimer
 from .model.vla import VLAModel
@@ -34,7 +36,7 @@ class EngineConfig:
     period_s: float = 0.1          # control period used by the automatic budget
     max_auto_steps: int = 32
     cameras: int = 0               # cameras in use (0 = every camera slot); sizes the slots
-    cuda_graphs: bool = True       # replay the decode step from CUDA graphs (CUDA only)
+    cuda_graphs: bool = True       # replay prefill, action chunk and decode step from CUDA graphs (CUDA only)
     seed: int = 0
 
     def slot_len(self, model: VLAModel) -> int:
@@ -149,8 +151,11 @@ class OxygenEngine(EngineBase):
         self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
         self.live: list[LiveRequest] = []          # live[i] holds pool slot i
         self.decoder = DecodeStep(model, self.pool, graphs=self.config.cuda_graphs)
+        self.chunk = ChunkStep(model, self.pool, graphs=self.config.cuda_graphs)
         if self.decoder.graphs:
             self.decoder.capture_all()       # now, while the pool is empty, not mid-frame
+        if self.chunk.graphs:
+            self.chunk.capture_all()         # prefill + chunk per prefix bucket, likewise
         self.sync_every_step = model.device.type == "cpu"
         self._next_ids = torch.zeros(self.pool.capacity + 1, dtype=torch.long, device=model.device)
         self._unread_first: tuple[int, torch.Tensor] | None = None   # (first slot, tokens)
@@ -165,11 +170,11 @@ class OxygenEngine(EngineBase):
         self.tokens_this_frame = 0
         prefix = self.prefix_embeddings(obs, timer)
         plen = prefix.shape[1]
-        staging = self.pool.staging_slot
+        staging = self.chunk.slot
         with timer("prefill"):
-            self.model.prefill(prefix, self.pool, staging)
+            self.chunk.prefill(prefix)
         with timer("action"):
-            actions = self.model.sample_actions(self.pool, staging, plen, self.frame_noise(noise))
+            actions = self.chunk.sample(plen, self.frame_noise(noise))
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)
@@ -203,13 +208,15 @@ class OxygenEngine(EngineBase):
             batch.append((req, ids))
         if not batch:
             return
-        for i, _ in enumerate(batch[1:], start=1):
-            self.pool.copy_prefix(staging, staging + i, plen)   # fork the shared prefix
+        first_slot = self.pool.staging_slot      # the batch's slots: first_slot.. (no holes)
+        for i in range(len(batch)):
+            if first_slot + i != staging:
+                self.pool.copy_prefix(staging, first_slot + i, plen)   # fork the shared prefix
         width = max(len(ids) for _, ids in batch)
         padded = torch.zeros(len(batch), width, dtype=torch.long)
         for row, (_, ids) in enumerate(batch):
             padded[row, : len(ids)] = torch.tensor(ids)
-        hidden = self.model.extend(to_device(padded, self.model.device), self.pool, staging, plen)
+        hidden = self.model.extend(to_device(padded, self.model.device), self.pool, first_slot, plen)
         last = to_device([len(ids) - 1 for _, ids in batch], hidden.device)
         first = self.model.greedy_next(hidden[torch.arange(len(batch), device=hidden.device), last])
         for req, ids in batch:
@@ -217,8 +224,8 @@ class OxygenEngine(EngineBase):
             slot = self.pool.claim(plen + len(ids))
             assert slot == len(self.live)
             self.live.append(LiveRequest(req, [], plen + len(ids), TextStream(self.tok)))
-        self._next_ids[staging:staging + len(batch)] = first
-        self._unread_first = (staging, first)
+        self._next_ids[first_slot:first_slot + len(batch)] = first
+        self._unread_first = (first_slot, first)
         if self.sync_every_step:
             self._collect(None, deltas)
 

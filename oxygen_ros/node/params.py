@@ -42,7 +42,7 @@ SPECS = [
     Spec("dtype", "float32", "configure", "Weight and KV dtype: float32 | bfloat16 | float16."),
     Spec("device", "cpu", "configure", "torch device, e.g. cpu or cuda:0."),
     Spec("cuda_graphs", True, "configure",
-         "On CUDA, replay the batched decode step from CUDA graphs (ignored on CPU)."),
+         "On CUDA, replay the prefill, action chunk and batched decode step from CUDA graphs (ignored on CPU)."),
     Spec("torch_threads", 1, "configure", "torch intra-op threads; 0 = torch's default.", (0, 256)),
     Spec("seed", 0, "configure", "Seed of the action noise.", (0, 2**31 - 1)),
     Spec("max_requests", 4, "configure",

@@ -36,9 +36,9 @@ class ExpertLayer(nn.Module):
         norms = torch.cat([norm_terms(scale1, shift1), norm_terms(scale2, shift2)], dim=1)
         return norms, torch.stack([gate1, gate2], dim=1)
 
-    def forward(self, x, norms, gates, rope, cache: CacheView):
+    def forward(self, x, norms, gates, rope, cache: CacheView, mask=None):
         y = ada_rms_normalize(x, norms[0], norms[1], self.input_layernorm.eps)
-        h = torch.addcmul(x, self.self_attn(y, rope, cache, None), gates[0])
+        h = torch.addcmul(x, self.self_attn(y, rope, cache, mask), gates[0])
         y = ada_rms_normalize(h, norms[2], norms[3], self.post_attention_layernorm.eps)
         return torch.addcmul(h, self.mlp(y), gates[1])
 
@@ -82,28 +82,39 @@ class ActionExpert(nn.Module):
         emb = to_device(torch.stack([time_embedding(t, self.cfg.width) for t in ts]), w.device, w.dtype)
         return nn.functional.silu(self.time_mlp_out(nn.functional.silu(self.time_mlp_in(emb))))
 
-    def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
-               steps: int) -> torch.Tensor:
-        """Euler-integrate the flow from noise at t=1 to t=0 (t_k = float32(1 + k*dt)).
-
-        The adaptive norms depend on t only, so their scale/shift/gate for all steps are
-        computed up front in one matmul per layer: the modulation weights are read once
-        per chunk instead of once per step.
-        """
-        horizon = noise.shape[1]
-        positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
-        rope = rope_tables.tables(positions[None], noise.dtype)
+    def schedule(self, steps: int) -> tuple[float, list, torch.Tensor]:
+        """The Euler step dt and the adaptive norms' terms for every denoise step
+        (t_k = float32(1 + k*dt)): dt, per layer (norms [N, 4, W], gates [N, 2, W]), and
+        the final norm's [N, 2, W]. They depend on t only, so all steps' are computed up
+        front in one matmul per layer: the modulation weights are read once per chunk
+        instead of once per step. The host-side work (the time embedding) is all here."""
         dt = -1.0 / steps
         ts = [float(torch.tensor(1.0 + k * dt, dtype=torch.float32)) for k in range(steps)]
         cond = self.condition(ts)
-        layer_mods = [layer.modulations(cond) for layer in self.layers]
-        final_mods = self.norm.modulations(cond)
-        caches = [CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), prefix_len, prefix_len + horizon)
+        return dt, [layer.modulations(cond) for layer in self.layers], self.norm.modulations(cond)
+
+    def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
+               steps: int) -> torch.Tensor:
+        """Euler-integrate the flow from noise at t=1 to t=0, the action tokens' K/V just
+        past the prefix in `slot`."""
+        horizon = noise.shape[1]
+        positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
+        rope = rope_tables.tables(positions[None], noise.dtype)
+        return self.integrate(noise, self.schedule(steps), rope, pool, slot, prefix_len)
+
+    def integrate(self, noise: torch.Tensor, schedule, rope, pool, slot: int, write_at: int,
+                  mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The denoise loop proper, device work only (one CUDA graph can hold it:
+        chunk_graphs.py). The action tokens' K/V go to positions [write_at, write_at + H)
+        of `slot`; they attend over [0, write_at + H) under `mask` (None: all of it)."""
+        dt, layer_mods, final_mods = schedule
+        horizon = noise.shape[1]
+        caches = [CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), write_at, write_at + horizon)
                   for i in range(len(self.layers))]
         x = noise
-        for k in range(steps):
+        for k in range(final_mods.shape[0]):
             h = self.action_in_proj(x)
             for layer, (norms, gates), cache in zip(self.layers, layer_mods, caches):
-                h = layer(h, norms[k], gates[k], rope, cache)
+                h = layer(h, norms[k], gates[k], rope, cache, mask)
             x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
         return x
