@@ -35,6 +35,7 @@ class EngineConfig:
     max_auto_steps: int = 32
     cameras: int = 0               # cameras in use (0 = every camera slot); sizes the slots
     cuda_graphs: bool = True       # replay the decode step from CUDA graphs (CUDA only)
+    fused: bool = True             # native fused action sampling where built (CPU; else eager)
     seed: int = 0
 
     def slot_len(self, model: VLAModel) -> int:
@@ -169,7 +170,8 @@ class OxygenEngine(EngineBase):
         with timer("prefill"):
             self.model.prefill(prefix, self.pool, staging)
         with timer("action"):
-            actions = self.model.sample_actions(self.pool, staging, plen, self.frame_noise(noise))
+            actions = self.model.sample_actions(self.pool, staging, plen, self.frame_noise(noise),
+                                                     self.config.fused)
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)

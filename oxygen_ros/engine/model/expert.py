@@ -15,6 +15,7 @@ from ..config import DecoderConfig, ExpertConfig
 from .decoder import Attention, CacheView
 from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize, norm_terms
 from ..transfer import to_device
+from .. import native
 
 NORM_EPS = 1e-6
 
@@ -83,12 +84,13 @@ class ActionExpert(nn.Module):
         return nn.functional.silu(self.time_mlp_out(nn.functional.silu(self.time_mlp_in(emb))))
 
     def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
-               steps: int) -> torch.Tensor:
+               steps: int, fused: bool = False) -> torch.Tensor:
         """Euler-integrate the flow from noise at t=1 to t=0 (t_k = float32(1 + k*dt)).
 
         The adaptive norms depend on t only, so their scale/shift/gate for all steps are
         computed up front in one matmul per layer: the modulation weights are read once
-        per chunk instead of once per step.
+        per chunk instead of once per step. `fused` runs the steps in one native call
+        (engine/native/expert.cpp, same kernels and outputs) where it is available (CPU).
         """
         horizon = noise.shape[1]
         positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
@@ -98,6 +100,10 @@ class ActionExpert(nn.Module):
         cond = self.condition(ts)
         layer_mods = [layer.modulations(cond) for layer in self.layers]
         final_mods = self.norm.modulations(cond)
+        if fused and noise.device.type == "cpu" and native.available():
+            out = self._sample_native(noise, pool, slot, prefix_len, rope, dt, layer_mods, final_mods)
+            if out is not None:
+                return out
         caches = [CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), prefix_len, prefix_len + horizon)
                   for i in range(len(self.layers))]
         x = noise
@@ -107,3 +113,24 @@ class ActionExpert(nn.Module):
                 h = layer(h, norms[k], gates[k], rope, cache)
             x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
         return x
+
+    def _sample_native(self, noise, pool, slot, prefix_len, rope, dt, layer_mods, final_mods):
+        """The whole sampling in one native call; None where the weights are not packed
+        (the eager path then runs)."""
+        params = [self.action_in_proj.weight, self.action_in_proj.bias, self.action_out_proj.weight,
+                  self.action_out_proj.bias, final_mods, *rope]
+        blocked = []
+        for layer, (norms, gates) in zip(self.layers, layer_mods):
+            groups = (layer.self_attn._qkv, layer.self_attn._o, layer.mlp._gate_up, layer.mlp._down)
+            if not all(g._current() for g in groups) or layer.mlp.act_name != "gelu_tanh":
+                return None
+            params += [norms, gates, *(g.matrix for g in groups)]
+            blocked += [_NOT_BLOCKED if g.current_blocked() is None else g.blocked for g in groups]
+        attn = self.layers[0].self_attn
+        depth = len(self.layers)
+        return torch.ops.oxygen_native.expert_sample(
+            noise, params, blocked, [pool.k[i] for i in range(depth)], [pool.v[i] for i in range(depth)],
+            slot, prefix_len, attn.num_heads, attn.num_kv_heads, attn.head_dim, NORM_EPS, dt)
+
+
+_NOT_BLOCKED = torch.empty(0)
