@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import native
 from .decode_graphs import DecodeStep
 from .frame import FrameResult, PhaseTimer
 from .model.vla import VLAModel
@@ -67,6 +68,8 @@ class EngineBase:
         self._next_id = 1
         self._noise = torch.Generator().manual_seed(self.config.seed)
         self.tokens_this_frame = 0
+        if self.config.fused and model.device.type == "cpu":
+            native.available()      # build or load now, not during the first frame
 
     # -- intake ------------------------------------------------------------------------
     def capacity_left(self) -> int:

@@ -73,6 +73,8 @@ def status() -> str:
     return "on" if available() else f"off ({_state['why']})"
 
 
-if __name__ == "__main__":   # `python -m oxygen_ros.engine.native`: build now (make setup)
+def main() -> int:
+    """`python -m oxygen_ros.engine.native` (make setup): build or load now, say which."""
     logging.basicConfig(format="%(message)s")
-    print(f"[native] fused path: {status()} ({cache_dir()})")
+    print(f"[native] fused action path: {status()} ({cache_dir()})")
+    return 0
