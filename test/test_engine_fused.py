@@ -93,3 +93,13 @@ def test_no_compiler_falls_back_to_eager_with_one_log_line(tmp_path):
     lines = [l for l in (out.stdout + out.stderr).splitlines() if "fused native path unavailable" in l]
     assert len(lines) == 1 and "no C++ compiler" in lines[0], out.stderr
     assert not list((tmp_path / "cache").rglob("*.so"))        # nothing was built
+
+
+def test_fused_ab_script_reports_identical_outputs():
+    root = Path(__file__).parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(root / "scripts" / "fused_ab.py"), "--model", "tiny", "--rounds", "2",
+                          "--frames-per-round", "2", "--tokens", "3"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "identical on vs off: actions True, texts True" in out.stdout
