@@ -174,7 +174,7 @@ class OxygenEngine(EngineBase):
             self.model.prefill(prefix, self.pool, staging)
         with timer("action"):
             actions = self.model.sample_actions(self.pool, staging, plen, self.frame_noise(noise),
-                                                     self.config.fused)
+                                                self.config.fused)
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)

@@ -115,14 +115,16 @@ class ActionExpert(nn.Module):
         return x
 
     def _sample_native(self, noise, pool, slot, prefix_len, rope, dt, layer_mods, final_mods):
-        """The whole sampling in one native call; None where the weights are not packed
-        (the eager path then runs)."""
+        """The whole sampling in one native call; None where the layers are not what
+        expert.cpp computes (unpacked or replaced weights, biases, another activation,
+        q/k norms): the eager path then runs."""
         params = [self.action_in_proj.weight, self.action_in_proj.bias, self.action_out_proj.weight,
                   self.action_out_proj.bias, final_mods, *rope]
         blocked = []
         for layer, (norms, gates) in zip(self.layers, layer_mods):
             groups = (layer.self_attn._qkv, layer.self_attn._o, layer.mlp._gate_up, layer.mlp._down)
-            if not all(g._current() for g in groups) or layer.mlp.act_name != "gelu_tanh":
+            if (not all(g._current() and not g.has_bias for g in groups) or layer.mlp.act_name != "gelu_tanh"
+                    or layer.self_attn.q_norm is not None):
                 return None
             params += [norms, gates, *(g.matrix for g in groups)]
             blocked += [_NOT_BLOCKED if g.current_blocked() is None else g.blocked for g in groups]
