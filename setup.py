@@ -10,6 +10,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(include=[PACKAGE, PACKAGE + ".*"]),
+    package_data={PACKAGE + ".engine.native": ["*.cpp"]},
     data_files=[
         # The ament index marker makes `ros2 run` / get_package_share_directory find us.
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
@@ -18,7 +19,7 @@ setup(
         ("share/" + PACKAGE + "/config", sorted(glob("config/*.yaml"))),
     ],
     install_requires=["setuptools"],
-    zip_safe=True,
+    zip_safe=False,
     maintainer="oxygen_ros maintainers",
     maintainer_email="oxygen@example.com",
     description="Onboard VLA inference with shared-prefix KV and cross-frame batched language.",

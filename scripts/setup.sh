@@ -9,6 +9,9 @@
 #   4. oxygen_ros      `pip install --no-deps -e .`, plus setup.py's data_files
 #                      (package.xml, ament index marker, launch/, config/) linked
 #                      into .venv/share, the console scripts into .venv/lib/oxygen_ros
+#   5. native path     builds the fused action sampling (oxygen_ros/engine/native, C++,
+#                      ~20 s once) into the cache; without a C++ compiler the engine
+#                      runs eager and this step says so
 #
 # Each step records a stamp (.venv/.oxygen-setup/<step>) holding a hash of its inputs
 # and reruns only when that hash changes, so a second run takes about a second. An
@@ -138,6 +141,17 @@ else
         pip_install --no-deps --no-build-isolation -e .)
     "$PY" "$ROOT/scripts/link_data_files.py" "$VENV"
     stamp_set pkg "$pkg_key"
+fi
+
+# ---------------------------------------------------------------- 5. native path
+native_key="$(hash_of "$ROOT"/oxygen_ros/engine/native/*.cpp "$ROOT"/oxygen_ros/engine/native/__init__.py "$deps_key")"
+if stamp_ok native "$native_key"; then
+    log "native fused path up to date"
+else
+    start=$SECONDS
+    "$PY" -m oxygen_ros.engine.native 2>&1 | sed 's/^\[native\] /[setup] /'
+    stamp_set native "$native_key"
+    log "native step done in $((SECONDS - start)) s"
 fi
 
 log "ready: $VENV"

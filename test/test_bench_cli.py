@@ -69,3 +69,15 @@ def test_parallel_worker_holds_while_paused():
         assert not eng._out.empty(), "the worker did not resume"
     finally:
         eng.close()
+
+
+def test_bench_fused_on_and_off_are_recorded(tmp_path):
+    from oxygen_ros.engine import native
+    for choice in ("off", "on"):
+        out = tmp_path / f"bench-{choice}.json"
+        assert main(["bench", "--model", "tiny", "--modes", "sequential,oxygen", "--frames", "2", "--tokens", "2",
+                     "--rounds", "1", "--fused", choice, "--json", str(out)]) == 0
+        report = json.loads(out.read_text())
+        assert report["settings"]["fused"] is (choice == "on")
+        assert report.get("fused_active", False) is (choice == "on" and native.available())
+        assert report["exactness"]["max_action_abs_diff"] == 0.0

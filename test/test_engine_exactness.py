@@ -97,13 +97,15 @@ def test_pool_nearly_full_queues_and_stays_exact():
     assert engine.pool.live == 0 and engine.pool.bytes_in_use() == 0
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("engine_cls", [SequentialEngine, SharedEngine])
-def test_baselines_match_oxygen(engine_cls):
-    """The baselines produce the same actions and texts as oxygen on the same inputs."""
+def test_baselines_match_oxygen(engine_cls, fused):
+    """The baselines produce the same actions and texts as oxygen on the same inputs;
+    the baselines run eager, oxygen fused (where built) or eager."""
     model, tok = tiny()
     reqs = lambda f: [LanguageRequest("report", max_new_tokens=6, ignore_eos=True)] if f < 5 else []
-    ox = _run(OxygenEngine(model, tok, EngineConfig(steps_per_frame=2)), 5, reqs)
-    other_engine = engine_cls(model, tok, EngineConfig())
+    ox = _run(OxygenEngine(model, tok, EngineConfig(steps_per_frame=2, fused=fused)), 5, reqs)
+    other_engine = engine_cls(model, tok, EngineConfig(fused=False))
     other_engine.live = []  # sequential has no live set; the drain loop reads it
     other = _run(other_engine, 5, reqs)
     for a, b in zip(ox[1], other[1]):

@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--denoise-steps", type=int, default=0, help="flow-matching steps (0 = the profile's)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fused", choices=("on", "off"), default="on",
+                   help="action sampling as one native call (built by make setup; off = eager)")
     p.add_argument("--roofline", action="store_true",
                    help="measure this machine's peaks and compare every phase with its roofline time "
                         "and with its kernel floor (its matrix products alone)")
@@ -49,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
         model.set_action_schedule(denoise_steps=args.denoise_steps)
     settings = bench.BenchSettings(workload=args.workload, modes=modes, frames=args.frames,
                                    tokens=args.tokens, steps_per_frame=args.steps_per_frame, seed=args.seed,
-                                   rounds=args.rounds)
+                                   rounds=args.rounds, fused=args.fused == "on")
+    if settings.fused:
+        from oxygen_ros.engine import native
+        print(f"fused action path: {native.status()}", file=sys.stderr)
     if args.sweep:
         report = bench.run_sweep(model, tok, settings)
         worst = min(p["fraction_of_ideal"] for p in report["points"])
@@ -67,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
             bench.add_roofline(report, model, tok, settings)
             print(bench.format_roofline(report["roofline"]))
     report["torch_threads"] = torch.get_num_threads()
+    if settings.fused:
+        from oxygen_ros.engine import native
+        report["fused_active"] = native.available()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

@@ -25,7 +25,7 @@ chunk write every entry they read before reading it.
 
 `capture_all()` records every graph when the engine is built (at configure), never in a
 control frame. Without CUDA (or with graphs=False) and no `bucket`, calls go straight to
-`VLAModel.prefill` / `sample_actions` in the staging slot, exactly as before; with a
+`VLAModel.prefill` / `sample_actions` in the staging slot (`fused`: the native sampling); with a
 `bucket` the same static-buffer path runs eagerly, which is how the CPU tests exercise it.
 """
 from __future__ import annotations
@@ -40,8 +40,9 @@ from .transfer import to_device
 
 
 class ChunkStep:
-    def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None):
-        self.model, self.pool = model, pool
+    def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
+                 fused: bool = False):
+        self.model, self.pool, self.fused = model, pool, fused
         self.graphs = graphs and model.device.type == "cuda"
         self.static = self.graphs or bucket is not None
         self.bucket = bucket or (64 if self.graphs else 1)
@@ -98,7 +99,7 @@ class ChunkStep:
     def sample(self, prefix_len: int, noise) -> torch.Tensor:
         """Same as VLAModel.sample_actions(pool, self.slot, prefix_len, noise): a fresh [H, D]."""
         if not self.static:
-            return self.model.sample_actions(self.pool, self.slot, prefix_len, noise)
+            return self.model.sample_actions(self.pool, self.slot, prefix_len, noise, self.fused)
         self._set_schedule()
         e = self.model.cfg.expert
         span = self.prefix_bucket(prefix_len)

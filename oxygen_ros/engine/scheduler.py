@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import native
 from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
 from .frame import FrameResult, PhaseTimer
@@ -37,6 +38,7 @@ class EngineConfig:
     max_auto_steps: int = 32
     cameras: int = 0               # cameras in use (0 = every camera slot); sizes the slots
     cuda_graphs: bool = True       # replay prefill, action chunk and decode step from CUDA graphs (CUDA only)
+    fused: bool = True             # native fused action sampling where built (CPU; else eager)
     seed: int = 0
 
     def slot_len(self, model: VLAModel) -> int:
@@ -68,6 +70,8 @@ class EngineBase:
         self._next_id = 1
         self._noise = torch.Generator().manual_seed(self.config.seed)
         self.tokens_this_frame = 0
+        if self.config.fused and model.device.type == "cpu":
+            native.available()      # build or load now, not during the first frame
 
     # -- intake ------------------------------------------------------------------------
     def capacity_left(self) -> int:
@@ -151,7 +155,7 @@ class OxygenEngine(EngineBase):
         self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
         self.live: list[LiveRequest] = []          # live[i] holds pool slot i
         self.decoder = DecodeStep(model, self.pool, graphs=self.config.cuda_graphs)
-        self.chunk = ChunkStep(model, self.pool, graphs=self.config.cuda_graphs)
+        self.chunk = ChunkStep(model, self.pool, graphs=self.config.cuda_graphs, fused=self.config.fused)
         if self.decoder.graphs:
             self.decoder.capture_all()       # now, while the pool is empty, not mid-frame
         if self.chunk.graphs:

@@ -36,7 +36,8 @@ class IsolatedRunner(EngineBase):
         with timer("prefill"):
             self.model.prefill(prefix, self.pool, 0)
         with timer("action"):
-            return self.model.sample_actions(self.pool, 0, prefix.shape[1], self.frame_noise(noise))
+            return self.model.sample_actions(self.pool, 0, prefix.shape[1], self.frame_noise(noise),
+                                             self.config.fused)
 
     @torch.inference_mode()
     def language(self, obs: Observation, req: LanguageRequest, timer: PhaseTimer | None = None,

@@ -40,6 +40,7 @@ class BenchSettings:
     extra_warmup: int = 3
     seed: int = 0
     rounds: int = 8          # measured frames split into this many interleaved rounds per mode
+    fused: bool = True       # native fused action sampling where built (EngineConfig.fused)
 
 
 def rss_bytes() -> int:
@@ -62,7 +63,7 @@ class ModeRun:
         slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, model.cfg.expert.horizon)
         cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
                            max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
-                           seed=s.seed)
+                           seed=s.seed, fused=s.fused)
         self.mode, self.model, self.s = mode, model, s
         self.frames, self.noises = frames, noises
         self.engine = MODES[mode](model, tok, cfg)

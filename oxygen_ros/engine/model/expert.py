@@ -15,6 +15,7 @@ from ..config import DecoderConfig, ExpertConfig
 from .decoder import Attention, CacheView
 from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize, norm_terms
 from ..transfer import to_device
+from .. import native
 
 NORM_EPS = 1e-6
 
@@ -94,13 +95,20 @@ class ActionExpert(nn.Module):
         return dt, [layer.modulations(cond) for layer in self.layers], self.norm.modulations(cond)
 
     def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
-               steps: int) -> torch.Tensor:
+               steps: int, fused: bool = False) -> torch.Tensor:
         """Euler-integrate the flow from noise at t=1 to t=0, the action tokens' K/V just
-        past the prefix in `slot`."""
+        past the prefix in `slot`. `fused` runs the whole loop as one native call
+        (engine/native/expert.cpp, same kernels, bitwise the same outputs) where it is
+        built (CPU)."""
         horizon = noise.shape[1]
         positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
         rope = rope_tables.tables(positions[None], noise.dtype)
-        return self.integrate(noise, self.schedule(steps), rope, pool, slot, prefix_len)
+        schedule = self.schedule(steps)
+        if fused and noise.device.type == "cpu" and native.available():
+            out = self._sample_native(noise, pool, slot, prefix_len, rope, *schedule)
+            if out is not None:
+                return out
+        return self.integrate(noise, schedule, rope, pool, slot, prefix_len)
 
     def integrate(self, noise: torch.Tensor, schedule, rope, pool, slot: int, write_at: int,
                   mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -118,3 +126,26 @@ class ActionExpert(nn.Module):
                 h = layer(h, norms[k], gates[k], rope, cache, mask)
             x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
         return x
+
+    def _sample_native(self, noise, pool, slot, prefix_len, rope, dt, layer_mods, final_mods):
+        """The whole sampling in one native call; None where the layers are not what
+        expert.cpp computes (unpacked or replaced weights, biases, another activation,
+        q/k norms): the eager path then runs."""
+        params = [self.action_in_proj.weight, self.action_in_proj.bias, self.action_out_proj.weight,
+                  self.action_out_proj.bias, final_mods, *rope]
+        blocked = []
+        for layer, (norms, gates) in zip(self.layers, layer_mods):
+            groups = (layer.self_attn._qkv, layer.self_attn._o, layer.mlp._gate_up, layer.mlp._down)
+            if (not all(g._current() and not g.has_bias for g in groups) or layer.mlp.act_name != "gelu_tanh"
+                    or layer.self_attn.q_norm is not None):
+                return None
+            params += [norms, gates, *(g.matrix for g in groups)]
+            blocked += [_NOT_BLOCKED if g.current_blocked() is None else g.blocked for g in groups]
+        attn = self.layers[0].self_attn
+        depth = len(self.layers)
+        return torch.ops.oxygen_native.expert_sample(
+            noise, params, blocked, [pool.k[i] for i in range(depth)], [pool.v[i] for i in range(depth)],
+            slot, prefix_len, attn.num_heads, attn.num_kv_heads, attn.head_dim, NORM_EPS, dt)
+
+
+_NOT_BLOCKED = torch.empty(0)

@@ -145,6 +145,12 @@ class Packed:
     def _current(self) -> bool:
         return self.matrix is not None and self._layer_pointers() == self._pointers
 
+    def current_blocked(self) -> torch.Tensor | None:
+        """The oneDNN-blocked copy if it is in use and up to date, else None (dropped if stale)."""
+        if self.blocked is not None and self._matrix_version() != self._version:
+            self.blocked = None
+        return self.blocked
+
     def matmul(self, x: torch.Tensor, gelu_tanh: bool = False) -> torch.Tensor:
         """x [..., in] -> every layer's output side by side [..., sum(out)], optionally
         through tanh-approximated GELU (fused into the product where oneDNN runs it)."""
@@ -152,9 +158,7 @@ class Packed:
             outs = [F.linear(x, l.weight, getattr(l, "bias", None)) for l in self.linears]
             out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
         else:
-            if self.blocked is not None and self._matrix_version() != self._version:
-                self.blocked = None    # the weights changed in place: the blocked copy is stale
-            if self.blocked is not None:
+            if self.current_blocked() is not None:   # None too if the weights changed in place
                 post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
                 return torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.blocked, self.bias,
                                                           post, [], algorithm).reshape(*x.shape[:-1], -1)
@@ -179,7 +183,7 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(width, mlp_dim, bias=False)
         self.up_proj = nn.Linear(width, mlp_dim, bias=False)
         self.down_proj = nn.Linear(mlp_dim, width, bias=False)
-        self.act = activation(act)
+        self.act, self.act_name = activation(act), act
         self._gate_up, self._down = Packed(self.gate_proj, self.up_proj), Packed(self.down_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,124 @@
+// The action expert's whole sampling (every denoise step, every layer) as one native
+// call: the same ATen / oneDNN kernels as the eager path (ActionExpert.sample), in the
+// same order, minus the Python between them.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+
+const auto& linear_pointwise() {
+  static auto op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+      .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, c10::string_view,
+                    c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>();
+  return op;
+}
+
+// Packed.matmul without bias or activation: the oneDNN-blocked copy when there is one
+// (an mkldnn tensor), else x @ matrix.
+Tensor packed(const Tensor& x, const Tensor& matrix, const Tensor& blocked) {
+  if (blocked.defined() && blocked.is_mkldnn()) {
+    auto out = linear_pointwise().call(x.reshape({-1, x.size(-1)}), blocked, std::nullopt, "none",
+                                       c10::List<std::optional<at::Scalar>>(), c10::string_view(""));
+    auto shape = x.sizes().vec();
+    shape.back() = -1;
+    return out.reshape(shape);
+  }
+  return at::matmul(x, matrix);
+}
+
+// ada_rms_normalize: rmsnorm(x) * (1 + scale) + shift in float32, rounded to x's dtype.
+Tensor ada_norm(const Tensor& x, const Tensor& one_plus_scale, const Tensor& shift, double eps) {
+  auto y = at::rms_norm(x.to(at::kFloat), {x.size(-1)}, std::nullopt, eps);
+  return at::addcmul(shift, y, one_plus_scale).to(x.scalar_type());
+}
+
+Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  auto half = x.size(-1) / 2;
+  auto swapped = at::cat({x.narrow(-1, half, x.size(-1) - half), x.narrow(-1, 0, half)}, -1);
+  return at::addcmul(x * cos, swapped, sin);
+}
+
+constexpr int64_t kGlobals = 7;      // in_w, in_b, out_w, out_b, final_mods, cos, sin
+constexpr int64_t kPerLayer = 6;     // norms, gates, qkv, o, gate_up, down matrices
+constexpr int64_t kBlocked = 4;      // qkv, o, gate_up, down blocked copies
+
+Tensor expert_sample(const Tensor& noise, at::TensorList params, at::TensorList blocked,
+                     at::TensorList k_layers, at::TensorList v_layers, int64_t slot,
+                     int64_t prefix_len, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                     double eps, double dt) {
+  const int64_t depth = k_layers.size();
+  TORCH_CHECK(params.size() == static_cast<size_t>(kGlobals + kPerLayer * depth), "params: wrong count");
+  TORCH_CHECK(blocked.size() == static_cast<size_t>(kBlocked * depth), "blocked: wrong count");
+  TORCH_CHECK(v_layers.size() == k_layers.size(), "k/v layers differ in count");
+  const auto& in_w = params[0];
+  const auto& in_b = params[1];
+  const auto& out_w = params[2];
+  const auto& out_b = params[3];
+  const auto& final_mods = params[4];
+  const auto& cos = params[5];
+  const auto& sin = params[6];
+  const int64_t steps = final_mods.size(0);
+  const int64_t b = noise.size(0), t = noise.size(1);
+  const int64_t h = heads, hkv = kv_heads, d = head_dim, g = h / hkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const auto slots = at::indexing::Slice(slot, slot + 1);
+  std::vector<Tensor> keys(depth), values(depth), k_dest(depth), v_dest(depth);
+  for (int64_t i = 0; i < depth; ++i) {
+    k_dest[i] = k_layers[i].index({slots, at::indexing::Slice(), at::indexing::Slice(prefix_len, prefix_len + t)});
+    v_dest[i] = v_layers[i].index({slots, at::indexing::Slice(), at::indexing::Slice(prefix_len, prefix_len + t)});
+    keys[i] = k_layers[i].index({slots, at::indexing::Slice(), at::indexing::Slice(0, prefix_len + t)});
+    values[i] = v_layers[i].index({slots, at::indexing::Slice(), at::indexing::Slice(0, prefix_len + t)});
+  }
+  Tensor x = noise;
+  for (int64_t k = 0; k < steps; ++k) {
+    Tensor hid = at::linear(x, in_w, in_b);
+    for (int64_t i = 0; i < depth; ++i) {
+      const Tensor* p = params.data() + kGlobals + kPerLayer * i;
+      const Tensor* bl = blocked.data() + kBlocked * i;
+      auto norms = p[0][k], gates = p[1][k];
+      // attention
+      auto y = ada_norm(hid, norms[0], norms[1], eps);
+      auto qkv = packed(y, p[2], bl[0]);
+      auto qk = qkv.narrow(-1, 0, (h + hkv) * d).unflatten(-1, {h + hkv, d});
+      auto v = qkv.narrow(-1, (h + hkv) * d, hkv * d).unflatten(-1, {hkv, d}).transpose(1, 2);
+      qk = apply_rope(qk, cos, sin);
+      auto q = qk.narrow(2, 0, h).transpose(1, 2);
+      auto kk = qk.narrow(2, h, hkv).transpose(1, 2);
+      k_dest[i].copy_(kk);
+      v_dest[i].copy_(v);
+      auto qg = q.reshape({b, hkv, g * t, d});
+      auto att = at::scaled_dot_product_attention(qg, keys[i], values[i], std::nullopt, 0.0, false, scale)
+                     .reshape({b, h, t, d});
+      auto o = packed(att.transpose(1, 2).reshape({b, t, -1}), p[3], bl[1]);
+      hid = at::addcmul(hid, o, gates[0]);
+      // MLP
+      y = ada_norm(hid, norms[2], norms[3], eps);
+      auto gu = packed(y, p[4], bl[2]);
+      auto half = gu.size(-1) / 2;
+      auto act = at::gelu(gu.narrow(-1, 0, half), "tanh") * gu.narrow(-1, half, gu.size(-1) - half);
+      hid = at::addcmul(hid, packed(act, p[5], bl[3]), gates[1]);
+    }
+    auto fm = final_mods[k];
+    x = x + at::linear(ada_norm(hid, fm[0], fm[1], eps), out_w, out_b) * dt;
+  }
+  return x;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(oxygen_native, m) {
+  m.def("expert_sample(Tensor noise, Tensor[] params, Tensor[] blocked, Tensor[] k_layers, "
+        "Tensor[] v_layers, int slot, int prefix_len, int heads, int kv_heads, int head_dim, "
+        "float eps, float dt) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(oxygen_native, CompositeExplicitAutograd, m) {
+  m.impl("expert_sample", &expert_sample);
+}

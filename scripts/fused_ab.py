@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Fused vs eager action sampling, A/B in one process: two oxygen engines on one model
+(EngineConfig.fused on / off), rounds of frames interleaved, same frames and noise.
+
+    .venv/bin/python scripts/fused_ab.py --model smol --rounds 8 [--steps-per-frame 1]
+
+Prints each engine's median phases, the per-round on/off action-rate ratio (median and
+range), and whether actions and texts are identical.
+"""
+import argparse
+import statistics
+import sys
+from dataclasses import replace
+
+import torch
+
+from oxygen_ros.engine import native
+from oxygen_ros.engine.bench import runner as R
+from oxygen_ros.engine.bench.workloads import get_workload, synthetic_frames
+from oxygen_ros.engine.weights.loading import load_model
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--workload", default="libero")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--frames-per-round", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=30)
+    ap.add_argument("--steps-per-frame", type=int, default=1)
+    a = ap.parse_args()
+    print(f"fused action path: {native.status()}", file=sys.stderr)
+    model, tok = load_model(a.model)
+    on = R.BenchSettings(workload=a.workload, modes=("oxygen",), tokens=a.tokens,
+                         steps_per_frame=a.steps_per_frame, fused=True)
+    settings = {"on": on, "off": replace(on, fused=False)}
+    n = R.warmup_frames("oxygen", on) + a.rounds * a.frames_per_round + 1
+    frames = synthetic_frames(get_workload(a.workload), model.cfg.camera_slots, model.cfg.vision.image_size, n, 0)
+    gen = torch.Generator().manual_seed(1)
+    e = model.cfg.expert
+    noises = [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
+    runs = {k: R.ModeRun("oxygen", model, tok, s, frames, noises) for k, s in settings.items()}
+    for run in runs.values():
+        run.warm_up()
+    for i in range(a.rounds):
+        for k in (("on", "off") if i % 2 else ("off", "on")):
+            runs[k].run_round(a.frames_per_round)
+    for run in runs.values():
+        run.finish()
+    for k, run in runs.items():
+        m = run.metrics()
+        print(f"fused {k:<3}  frame {m['frame_ms_median']:7.1f} ms  action {m['action_ms']:6.1f}  "
+              f"prefill {m['prefill_ms']:6.1f}  decode {m['decode_ms']:6.1f}  act/s {m['action_hz']:.2f}")
+    ratios = [x["action_hz"] / y["action_hz"] for x, y in zip(runs["on"].rounds, runs["off"].rounds)]
+    print(f"on/off action rate per round: x{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]")
+    same_actions = all((x == y).all() for x, y in zip(runs["on"].actions, runs["off"].actions))
+    same_texts = sorted(runs["on"].texts.values()) == sorted(runs["off"].texts.values())
+    print(f"identical on vs off: actions {same_actions}, texts {same_texts}")
+    return 0 if same_actions and same_texts else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
