@@ -81,3 +81,22 @@ def test_bench_fused_on_and_off_are_recorded(tmp_path):
         assert report["settings"]["fused"] is (choice == "on")
         assert report.get("fused_active", False) is (choice == "on" and native.available())
         assert report["exactness"]["max_action_abs_diff"] == 0.0
+
+
+def test_profile_frame_script_splits_the_frame_into_products_and_the_rest():
+    """scripts/profile_frame.py: per-op self times of profiled oxygen frames, the products
+    (what the kernel floor times) apart from everything else."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(root / "scripts" / "profile_frame.py"), "--model", "tiny",
+                          "--frames", "2", "--tokens", "3"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    split = re.search(r"matrix products ([\d.]+) ms, everything else ([\d.]+) ms", out.stdout)
+    assert split and float(split.group(1)) > 0 and float(split.group(2)) > 0, out.stdout
+    assert "(product)" in out.stdout and "scaled_dot_product" in out.stdout
