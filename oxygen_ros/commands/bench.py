@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     settings = bench.BenchSettings(workload=args.workload, modes=modes, frames=args.frames,
                                    tokens=args.tokens, steps_per_frame=args.steps_per_frame, seed=args.seed,
                                    rounds=args.rounds, fused=args.fused == "on")
+    from oxygen_ros.engine import native
     if settings.fused:
-        from oxygen_ros.engine import native
         print(f"fused action path: {native.status()}", file=sys.stderr)
     if args.sweep:
         report = bench.run_sweep(model, tok, settings)
@@ -72,9 +72,7 @@ def run(args: argparse.Namespace) -> int:
             bench.add_roofline(report, model, tok, settings)
             print(bench.format_roofline(report["roofline"]))
     report["torch_threads"] = torch.get_num_threads()
-    if settings.fused:
-        from oxygen_ros.engine import native
-        report["fused_active"] = native.available()
+    report["fused_active"] = settings.fused and native.available()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
