@@ -12,11 +12,9 @@ import statistics
 import sys
 from dataclasses import replace
 
-import torch
 
 from oxygen_ros.engine import native
 from oxygen_ros.engine.bench import runner as R
-from oxygen_ros.engine.bench.workloads import get_workload, synthetic_frames
 from oxygen_ros.engine.weights.loading import load_model
 
 
@@ -35,10 +33,7 @@ def main() -> int:
                          steps_per_frame=a.steps_per_frame, fused=True)
     settings = {"on": on, "off": replace(on, fused=False)}
     n = R.warmup_frames("oxygen", on) + a.rounds * a.frames_per_round + 1
-    frames = synthetic_frames(get_workload(a.workload), model.cfg.camera_slots, model.cfg.vision.image_size, n, 0)
-    gen = torch.Generator().manual_seed(1)
-    e = model.cfg.expert
-    noises = [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
+    frames, noises = R.bench_inputs(model, on, n)
     runs = {k: R.ModeRun("oxygen", model, tok, s, frames, noises) for k, s in settings.items()}
     for run in runs.values():
         run.warm_up()

@@ -13,11 +13,9 @@ import argparse
 import sys
 from collections import defaultdict
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from oxygen_ros.engine.bench import runner as R
-from oxygen_ros.engine.bench.workloads import get_workload, synthetic_frames
 from oxygen_ros.engine.weights.loading import load_model
 
 # The linear-layer products: oneDNN-blocked, MKL and plain matmuls of packed weights.
@@ -38,10 +36,7 @@ def main() -> int:
     s = R.BenchSettings(workload=a.workload, modes=("oxygen",), tokens=a.tokens,
                         steps_per_frame=a.steps_per_frame, fused=a.fused == "on")
     n = R.warmup_frames("oxygen", s) + a.frames + 1
-    frames = synthetic_frames(get_workload(a.workload), model.cfg.camera_slots, model.cfg.vision.image_size, n, 0)
-    gen = torch.Generator().manual_seed(1)
-    e = model.cfg.expert
-    noises = [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
+    frames, noises = R.bench_inputs(model, s, n)
     run = R.ModeRun("oxygen", model, tok, s, frames, noises)
     run.warm_up()
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -154,14 +154,17 @@ def round_sizes(frames: int, rounds: int) -> list[int]:
     return [frames // rounds + (1 if i < frames % rounds else 0) for i in range(rounds)]
 
 
-def run_bench(model: VLAModel, tok, s: BenchSettings, log=print) -> dict:
-    wl = get_workload(s.workload)
-    frames_needed = max(warmup_frames(m, s) for m in s.modes) + s.frames + 1
-    frames = synthetic_frames(wl, model.cfg.camera_slots, model.cfg.vision.image_size,
-                              frames_needed, s.seed)
+def bench_inputs(model: VLAModel, s: BenchSettings, count: int) -> tuple[list, list]:
+    """`count` deterministic observations of the workload and one action noise for each."""
+    frames = synthetic_frames(get_workload(s.workload), model.cfg.camera_slots, model.cfg.vision.image_size,
+                              count, s.seed)
     gen = torch.Generator().manual_seed(s.seed + 1)
     e = model.cfg.expert
-    noises = [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
+    return frames, [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
+
+
+def run_bench(model: VLAModel, tok, s: BenchSettings, log=print) -> dict:
+    frames, noises = bench_inputs(model, s, max(warmup_frames(m, s) for m in s.modes) + s.frames + 1)
     runs = {mode: ModeRun(mode, model, tok, s, frames, noises) for mode in s.modes}
     try:
         for mode, run in runs.items():
