@@ -18,7 +18,13 @@ needs_native = pytest.mark.skipif(not native.available(), reason="no native buil
 
 @needs_native
 @pytest.mark.parametrize("prefix_len,dtype", [(1, torch.float32), (37, torch.float32), (20, torch.bfloat16)])
-def test_fused_sampling_equals_eager_bitwise(prefix_len, dtype):
+def test_fused_sampling_equals_eager_bitwise(prefix_len, dtype, monkeypatch):
+    from oxygen_ros.engine.model.expert import ActionExpert
+
+    native_results = []     # the native call must really run, not fall back to eager
+    native_sample = ActionExpert._sample_native
+    monkeypatch.setattr(ActionExpert, "_sample_native",
+                        lambda self, *a: native_results.append(native_sample(self, *a)) or native_results[-1])
     model, _ = tiny()
     if dtype != torch.float32:
         model = copy.deepcopy(model).to(dtype).pack_weights()
@@ -32,6 +38,7 @@ def test_fused_sampling_equals_eager_bitwise(prefix_len, dtype):
         k_eager = pool.k.clone()
         pool.k[:, 1, :, prefix_len:prefix_len + 10].zero_()
         fused = model.sample_actions(pool, 1, prefix_len, noise, fused=True)
+    assert len(native_results) == 1 and native_results[0] is not None
     assert torch.equal(fused, eager)
     assert torch.equal(pool.k, k_eager)        # the expert's own K/V land where eager puts them
 

@@ -118,10 +118,12 @@ class ChunkStep:
                 if (kind, span) not in self._captured:
                     self._capture(kind, span)
 
+    def _body(self, kind: str):
+        return self._prefill_graph_body if kind == "prefill" else self._chunk_graph_body
+
     def _run(self, kind: str, span: int):
-        fn = self._prefill_graph_body if kind == "prefill" else self._chunk_graph_body
         if not self.graphs:
-            return fn(span)
+            return self._body(kind)(span)
         entry = self._captured.get((kind, span))
         if entry is None:
             entry = self._capture(kind, span)
@@ -130,7 +132,7 @@ class ChunkStep:
         return out
 
     def _capture(self, kind: str, span: int):
-        fn = self._prefill_graph_body if kind == "prefill" else self._chunk_graph_body
+        fn = self._body(kind)
         with torch.no_grad():
             side = torch.cuda.Stream()     # warm-up on a side stream, as capture requires
             side.wait_stream(torch.cuda.current_stream())

@@ -136,11 +136,11 @@ class ActionExpert(nn.Module):
         blocked = []
         for layer, (norms, gates) in zip(self.layers, layer_mods):
             groups = (layer.self_attn._qkv, layer.self_attn._o, layer.mlp._gate_up, layer.mlp._down)
-            if (not all(g._current() and not g.has_bias for g in groups) or layer.mlp.act_name != "gelu_tanh"
-                    or layer.self_attn.q_norm is not None):
+            operands = [g.operands() for g in groups]
+            if None in operands or layer.mlp.act_name != "gelu_tanh" or layer.self_attn.q_norm is not None:
                 return None
-            params += [norms, gates, *(g.matrix for g in groups)]
-            blocked += [_NOT_BLOCKED if g.current_blocked() is None else g.blocked for g in groups]
+            params += [norms, gates, *(matrix for matrix, _ in operands)]
+            blocked += [_NOT_BLOCKED if copy is None else copy for _, copy in operands]
         attn = self.layers[0].self_attn
         depth = len(self.layers)
         return torch.ops.oxygen_native.expert_sample(

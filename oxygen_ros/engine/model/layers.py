@@ -151,6 +151,13 @@ class Packed:
             self.blocked = None
         return self.blocked
 
+    def operands(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(packed matrix, up-to-date oneDNN copy or None) for code that runs the product
+        itself (engine/native); None where that code cannot: stale matrix or biases."""
+        if self.has_bias or not self._current():
+            return None
+        return self.matrix, self.current_blocked()
+
     def matmul(self, x: torch.Tensor, gelu_tanh: bool = False) -> torch.Tensor:
         """x [..., in] -> every layer's output side by side [..., sum(out)], optionally
         through tanh-approximated GELU (fused into the product where oneDNN runs it)."""
