@@ -1,4 +1,10 @@
-"""What one control frame produced, and its timing split."""
+"""What one control frame produced, and its timing split.
+
+A frame has two halves (engine/scheduler.py): `act` (vision, prefill, action expert)
+hands the action chunk out, `talk` (admission, decode) finishes the frame. `ChunkResult`
+is what the first half gives; `timings_ms["chunk"]` is when it was ready, from the frame's
+start: the earliest a caller can publish the chunk.
+"""
 from __future__ import annotations
 
 import time
@@ -16,7 +22,7 @@ class FrameResult:
     frame_index: int
     actions: np.ndarray                     # [horizon, action_dim]
     deltas: list[TextDelta] = field(default_factory=list)
-    timings_ms: dict[str, float] = field(default_factory=dict)   # PHASES + "total"
+    timings_ms: dict[str, float] = field(default_factory=dict)   # PHASES + "chunk" + "total"
     decode_steps: int = 0
     live_requests: int = 0
     queued_requests: int = 0
@@ -28,6 +34,13 @@ class FrameResult:
         return [d for d in self.deltas if d.done]
 
 
+@dataclass
+class ChunkResult:
+    frame_index: int
+    actions: np.ndarray                     # [horizon, action_dim], the model's space
+    timings_ms: dict[str, float] = field(default_factory=dict)   # phases so far + "chunk"
+
+
 class PhaseTimer:
     """Accumulates wall time per phase: `with timer("decode"): ...`."""
 
@@ -35,6 +48,12 @@ class PhaseTimer:
         self.ms = {p: 0.0 for p in PHASES}
         self._t0 = time.perf_counter()
         self._phase = None
+        self.marks: dict[str, float] = {}
+
+    def mark(self, name: str) -> float:
+        """Record the time since the frame started under `name` (ms); returns it."""
+        self.marks[name] = (time.perf_counter() - self._t0) * 1e3
+        return self.marks[name]
 
     def __call__(self, phase: str):
         self._phase = phase
@@ -49,4 +68,4 @@ class PhaseTimer:
         return False
 
     def result(self) -> dict[str, float]:
-        return {**self.ms, "total": (time.perf_counter() - self._t0) * 1e3}
+        return {**self.ms, **self.marks, "total": (time.perf_counter() - self._t0) * 1e3}

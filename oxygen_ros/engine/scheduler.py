@@ -1,7 +1,7 @@
 """The OxyGen frame scheduler: one shared prefill per frame, cross-frame batched decoding.
 
 Per frame: prefill the observation once into the pool's staging slot; the action expert
-denoises against it; queued language requests are admitted from that same prefix (the
+denoises against it and the chunk is handed out (`act`); then (`talk`) queued language requests are admitted from that same prefix (the
 first takes the staging slot itself, others fork it; with CUDA graphs the prefix sits in
 the reserved extra slot and every request forks it) with their prompts prefilled in
 one batch; then every live request, whatever frame it started in, decodes k steps in
@@ -19,7 +19,7 @@ import torch
 from . import native
 from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
-from .frame import FrameResult, PhaseTimer
+from .frame import ChunkResult, FrameResult, PhaseTimer
 from .model.vla import VLAModel
 from .observation import Observation, ObservationError, camera_batch, prefix_text
 from .requests import LanguageRequest, RequestRejected, TextDelta
@@ -164,12 +164,19 @@ class OxygenEngine(EngineBase):
         self._next_ids = torch.zeros(self.pool.capacity + 1, dtype=torch.long, device=model.device)
         self._unread_first: tuple[int, torch.Tensor] | None = None   # (first slot, tokens)
         self._step_ms = None                 # smoothed cost of one decode step (auto budget)
+        self._open = None                    # the frame between act() and talk()
 
     def capacity_left(self) -> int:
         return self.pool.free_slots + self.config.max_queue - len(self.pending)
 
     @torch.inference_mode()
-    def step(self, obs: Observation, noise=None) -> FrameResult:
+    def act(self, obs: Observation, noise=None, rtc=None) -> ChunkResult:
+        """The frame's first half: prefill the observation once and sample the action
+        chunk (guided by `rtc`, an engine.rtc.RTCGuide, where given). The chunk is handed
+        out before any language work, so a caller publishes it at once; `talk()` then
+        admits and decodes and finishes the frame."""
+        if self._open is not None:
+            raise RuntimeError("act() called twice: call talk() to finish the frame first")
         timer = PhaseTimer()
         self.tokens_this_frame = 0
         prefix = self.prefix_embeddings(obs, timer)
@@ -178,7 +185,20 @@ class OxygenEngine(EngineBase):
         with timer("prefill"):
             self.chunk.prefill(prefix)
         with timer("action"):
-            actions = self.chunk.sample(plen, self.frame_noise(noise))
+            noise = self.frame_noise(noise)
+            chunk = self.chunk.sample(plen, noise) if rtc is None else self.chunk.sample(plen, noise, rtc=rtc)
+            actions = chunk.float().cpu().numpy()
+        timer.mark("chunk")
+        self._open = (timer, staging, plen, actions)
+        return ChunkResult(self.frame_index, actions, dict(timer.ms, chunk=timer.marks["chunk"]))
+
+    @torch.inference_mode()
+    def talk(self) -> FrameResult:
+        """The frame's second half: admit queued requests from this frame's prefix and run
+        the decode budget over every live request. Returns the whole frame's result."""
+        if self._open is None:
+            raise RuntimeError("talk() without act(): no frame is open")
+        (timer, staging, plen, actions), self._open = self._open, None
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)
@@ -191,13 +211,18 @@ class OxygenEngine(EngineBase):
             per_step = timer.ms["decode"] / steps
             self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
         result = FrameResult(
-            frame_index=self.frame_index, actions=actions.float().cpu().numpy(), deltas=deltas,
+            frame_index=self.frame_index, actions=actions, deltas=deltas,
             timings_ms=timer.result(), decode_steps=steps, live_requests=len(self.live),
             queued_requests=len(self.pending),
             tokens_emitted=self.tokens_this_frame,
             kv_bytes_in_use=self.pool.bytes_in_use())
         self.frame_index += 1
         return result
+
+    def step(self, obs: Observation, noise=None, rtc=None) -> FrameResult:
+        """A whole frame: act() then talk()."""
+        self.act(obs, noise, rtc)
+        return self.talk()
 
     def _admit(self, staging: int, plen: int, deltas: list[TextDelta]) -> None:
         batch: list[tuple[LanguageRequest, list[int]]] = []

@@ -306,27 +306,38 @@ def joint_positions(msg, names: list[str]) -> np.ndarray:
     return out
 
 
-def trajectory_msg(joint_names, positions, dt: float, stamp):
-    """An action chunk ([H, joints] positions in robot units) as a JointTrajectory whose
-    point i is due at (i + 1) * dt after `stamp`."""
+def _time_msg(t_s: float):
+    from builtin_interfaces.msg import Time
+
+    ns = int(round(t_s * 1e9))
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def trajectory_msg(joint_names, chunk):
+    """A node.chunk_plan.PlannedChunk as a JointTrajectory: header.stamp at the chunk's
+    action 0, each point at its own time_from_start (velocities only where planned)."""
     from builtin_interfaces.msg import Duration
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
     msg = JointTrajectory()
-    msg.header.stamp = stamp
+    msg.header.stamp = _time_msg(chunk.stamp_s)
     msg.joint_names = list(joint_names)
-    for i, row in enumerate(positions):
-        t = (i + 1) * dt
-        sec = int(t)
-        msg.points.append(JointTrajectoryPoint(
-            positions=[float(x) for x in row],
-            time_from_start=Duration(sec=sec, nanosec=int(round((t - sec) * 1e9)))))
+    for i, (t, row) in enumerate(zip(chunk.times, chunk.positions)):
+        ns = int(round(float(t) * 1e9))
+        point = JointTrajectoryPoint(positions=[float(x) for x in row],
+                                     time_from_start=Duration(sec=ns // 1_000_000_000,
+                                                              nanosec=ns % 1_000_000_000))
+        if chunk.velocities is not None:
+            point.velocities = [float(x) for x in chunk.velocities[i]]
+        msg.points.append(point)
     return msg
 
 
-def frame_timing_msg(result, obs_stamp_ns: int, period_s: float):
+def frame_timing_msg(result, obs_stamp_ns: int, period_s: float, chunk_ms: float = 0.0,
+                     chunk_latency_ms: float = 0.0, points_dropped: int = 0, rtc_delay_steps: int = 0):
     """A FrameResult as an oxygen_msgs/FrameTiming (unstamped: the caller stamps it when
-    it publishes). Vision time counts as prefill, as the message documents."""
+    it publishes). Vision time counts as prefill, as the message documents; the chunk_*
+    figures are the node's (when it published the trajectory)."""
     from builtin_interfaces.msg import Time
     from oxygen_msgs.msg import FrameTiming
 
@@ -340,7 +351,8 @@ def frame_timing_msg(result, obs_stamp_ns: int, period_s: float):
         decode_steps=result.decode_steps, live_requests=result.live_requests,
         queued_requests=result.queued_requests, tokens_emitted=result.tokens_emitted,
         period_ms=period_ms, deadline_missed=ms["total"] > period_ms,
-        kv_bytes_in_use=result.kv_bytes_in_use)
+        kv_bytes_in_use=result.kv_bytes_in_use, chunk_ms=chunk_ms, chunk_latency_ms=chunk_latency_ms,
+        points_dropped=points_dropped, rtc_delay_steps=rtc_delay_steps)
 
 
 def merge_deltas(deltas: list[TextDelta]) -> list[TextDelta]:

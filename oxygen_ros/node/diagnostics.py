@@ -15,9 +15,10 @@ def _status(name: str, hardware_id: str, level, message: str, values: dict) -> D
 
 
 def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, counts: dict,
-          language: dict, period_s: float) -> DiagnosticArray:
+          language: dict, period_s: float, robot_time: dict | None = None) -> DiagnosticArray:
     """inputs: an InputMonitor.Snapshot; counts: input -> (accepted, rejected);
-    loop: LoopStats.snapshot(); language: live/queued/KV/question figures."""
+    loop: LoopStats.snapshot(); language: live/queued/KV/question figures; robot_time:
+    RobotTime.diagnostics() (rates, chunk latency and stamping, RTC)."""
     active = state == "active"
     # control loop
     rate, lat = loop["frame_rate_hz"], loop["latency_ms_mean"]
@@ -65,6 +66,15 @@ def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, cou
     msg = (f"{language.get('live_requests', 0)} live, {queued} queued, "
            f"KV {100.0 * kv_used / kv_total:.0f}% used, {loop['tokens_per_s']:.1f} tok/s")
     statuses.append(_status(f"{node_name}: language", model, level, msg, lang_values))
+
+    # robot time
+    if robot_time is not None:
+        problems = robot_time["problems"]
+        v = robot_time["values"]
+        msg = "; ".join(problems) if problems else (
+            f"chunks at {v['action_rate_hz']:g} Hz points, latency {v['chunk_latency_ms_last']:.0f} ms, "
+            f"RTC {v['rtc_mode']}")
+        statuses.append(_status(f"{node_name}: robot time", model, WARN if problems else OK, msg, v))
 
     arr = DiagnosticArray()
     arr.header.stamp = stamp

@@ -46,6 +46,7 @@ from ..engine.requests import LanguageRequest, RequestRejected
 from . import diagnostics, qos
 from . import params as node_params
 from .cameras import Camera, per_camera, transport_of
+from .chunk_plan import plan_chunk
 from .convert import (InputError, decoder, frame_timing_msg, joint_positions, merge_deltas,
                       rgb_to_image, text_chunk_msg, trajectory_msg)
 from .input_monitor import InputMonitor
@@ -53,6 +54,7 @@ from .joint_space import JointSpace
 from .loop_stats import LoopStats
 from .memory_log import MemoryLog, PromptTooLong
 from .questions import QuestionBoard, QuestionRejected
+from .robot_time import RobotTime
 from .tick_clock import TickClock
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -74,6 +76,7 @@ class _Runtime:
     joint_input: str
     monitor: InputMonitor
     stats: LoopStats
+    robot_time: RobotTime              # action rate, chunk stamping, RTC, rate check
     memory: MemoryLog
     board: QuestionBoard
     pubs: dict = field(default_factory=dict)
@@ -147,7 +150,9 @@ class OxygenNode(LifecycleNode):
             f"configured in {time.monotonic() - t0:.1f} s: model {rt.p['model']}, KV pool "
             f"{rt.engine.pool.bytes_total / 2**20:.1f} MiB, {len(rt.cameras)} camera(s) -> "
             f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
-            f"{len(rt.joints.names)} joints, {1 / rt.period_s:g} Hz, policy I/O {rt.policy.convention} "
+            f"{len(rt.joints.names)} joints, replanning {rt.robot_time.replanning_text}, actions at "
+            f"{rt.robot_time.action_rate_hz:g} Hz ({rt.robot_time.action_rate_source}), RTC "
+            f"{rt.robot_time.rtc.config.mode}, policy I/O {rt.policy.convention} "
             f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})")
         return super().on_configure(state)
 
@@ -172,12 +177,16 @@ class OxygenNode(LifecycleNode):
         if any(c.transport == "compressed" for c in cameras.values()):
             self.get_logger().info(f"compressed cameras decoded with {decoder()[0]}")
         joint_input = resolve(p["joint_state_topic"])
+        period_s = 1.0 / p["control_rate_hz"]
+        robot_time = RobotTime.from_params(p, policy, cfg.expert.horizon, period_s)
+        for warning in robot_time.configure_warnings:
+            self.get_logger().warning(warning)
         rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
                       model=model, tok=tok, engine=engine,
-                      period_s=1.0 / p["control_rate_hz"], cameras=cameras, joint_input=joint_input,
+                      period_s=period_s, cameras=cameras, joint_input=joint_input,
                       monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                            p["input_problem_hold_s"]),
-                      stats=LoopStats(), memory=MemoryLog(p["memory_log_size"]),
+                      stats=LoopStats(), robot_time=robot_time, memory=MemoryLog(p["memory_log_size"]),
                       board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
         self._rt = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
@@ -222,11 +231,12 @@ class OxygenNode(LifecycleNode):
     def on_activate(self, state) -> TransitionCallbackReturn:
         ret = super().on_activate(state)     # enables the lifecycle publishers
         self._stop.clear()
+        self._rt.robot_time.activated()      # the first chunk has nothing to continue
         self._state = "active"
         self._thread = threading.Thread(target=self._loop, args=(self._rt,), name="oxygen_control",
                                         daemon=True)
         self._thread.start()
-        self.get_logger().info(f"active: control loop at {1 / self._rt.period_s:g} Hz")
+        self.get_logger().info(f"active: control loop, replanning {self._rt.robot_time.replanning_text}")
         return ret
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:
@@ -360,10 +370,13 @@ class OxygenNode(LifecycleNode):
 
     # -- the control loop ------------------------------------------------------------------
     def _loop(self, rt: _Runtime) -> None:
-        clock = TickClock(rt.period_s)
-        while clock.wait(self._stop):
+        # replanning "asap": no ticks, the next frame starts when the last one ends
+        clock = TickClock(rt.period_s) if rt.robot_time.replanning == "rate" else None
+        while clock.wait(self._stop) if clock else not self._stop.is_set():
+            start = time.monotonic()
             try:
-                self._tick(rt)
+                if self._tick(rt):
+                    self._check_rate(rt, time.monotonic() - start)
             except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
                 if self._stop.is_set() or not self.context.ok():   # shutting down (Ctrl-C)
                     break
@@ -371,6 +384,10 @@ class OxygenNode(LifecycleNode):
                 self._log("control_loop").error(
                     f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
                     throttle_duration_sec=LOG_THROTTLE_S)
+            if clock is None:
+                if time.monotonic() - start < 1e-3:
+                    self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
+                continue
             skipped = clock.advance()
             if skipped:
                 rt.stats.skipped(skipped)
@@ -378,8 +395,15 @@ class OxygenNode(LifecycleNode):
                     f"frame overran the {rt.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
                     f"({rt.stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
 
-    def _tick(self, rt: _Runtime) -> None:
+    def _check_rate(self, rt: _Runtime, frame_s: float) -> None:
+        warning = rt.robot_time.frame_done(frame_s)
+        if warning:
+            self._log("rate").warning(warning)
+
+    def _tick(self, rt: _Runtime) -> bool:
+        """One frame; True when it ran (a chunk was computed), False when inputs stopped it."""
         now = self.get_clock().now()
+        tick_mono = time.monotonic()
         back = rt.monitor.note_ros_time(now.nanoseconds)
         if back:
             self._log("clock").warning(
@@ -392,10 +416,10 @@ class OxygenNode(LifecycleNode):
             reason = "; ".join(snap.problems) or "inputs not usable"
             rt.stats.no_chunk(reason)
             self._log("inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
-            return
+            return False
         images = self._frame_images(rt, snap)
         if images is None:
-            return
+            return False
         state = snap.values[rt.joint_input]
         try:
             obs = rt.policy.observation(images, state, live["instruction"], snap.stamp_ns / 1e9)
@@ -403,16 +427,25 @@ class OxygenNode(LifecycleNode):
             rt.stats.no_chunk(f"observation rejected by the policy I/O: {e}", error=True)
             self._log("observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
                                            throttle_duration_sec=LOG_THROTTLE_S)
-            return
+            return False
         self._submit_requests(rt, live)
+        obs_stamp_ns = snap.stamp_ns or now.nanoseconds       # unstamped inputs: the tick's time
+        guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
+        if note:
+            self._log("rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)
+        started = time.perf_counter()
         try:
-            result = rt.engine.step(obs)
+            chunk = rt.engine.act(obs, rtc=guide)
         except (ObservationError, ValueError) as e:
             rt.stats.no_chunk(f"observation rejected by the model: {e}", error=True)
             self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
                                            throttle_duration_sec=LOG_THROTTLE_S)
-            return
-        self._publish(rt, result, state, now, snap.stamp_ns, live)
+            return False
+        sent = self._publish_chunk(rt, chunk, state, now, tick_mono, obs_stamp_ns, live)
+        sent["chunk_ms"] = (time.perf_counter() - started) * 1e3
+        result = rt.engine.talk()          # language only after the chunk is out
+        self._publish_frame(rt, result, obs_stamp_ns, sent)
+        return True
 
     def _submit_requests(self, rt: _Runtime, live: dict) -> None:
         engine = rt.engine
@@ -436,21 +469,38 @@ class OxygenNode(LifecycleNode):
                 rt.skipped_requests[stream] += 1
                 self._log(stream).warning(f"{stream} request skipped: {e}", throttle_duration_sec=LOG_THROTTLE_S)
 
-    def _publish(self, rt: _Runtime, result, state, now, obs_stamp_ns: int, live: dict) -> None:
-        dt = live["action_period_s"] or rt.period_s
-        actions = rt.policy.actions(result.actions, state)[: live["chunk_points"] or None]
+    def _publish_chunk(self, rt: _Runtime, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int,
+                       live: dict) -> dict:
+        """Publish the action chunk now, stamped at its observation's time; returns the
+        figures FrameTiming carries."""
+        actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
         positions, clipped = rt.action_joints.clip(actions)
         if clipped:
             rt.clipped_points += clipped
             self._log("envelope").warning(
                 f"{clipped} of {len(positions)} chunk points clipped into the joint limits "
                 f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
-        rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, positions, dt, now.to_msg()))
+        rtime = rt.robot_time
+        publish_now = self.get_clock().now()
+        obs_s, jump = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
+                                             publish_now.nanoseconds / 1e9, time.monotonic() - tick_mono)
+        if jump:
+            self._log("clock").warning(jump, throttle_duration_sec=LOG_THROTTLE_S)
+        planned = plan_chunk(positions, obs_s, rtime.action_dt, publish_now.nanoseconds / 1e9,
+                             live["trajectory_velocities"])
+        expired = rtime.chunk_sent(planned, positions, chunk.actions, publish_now.nanoseconds / 1e9 - obs_s)
+        if expired:
+            self._log("latency").error(expired, throttle_duration_sec=LOG_THROTTLE_S)
+        else:
+            rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned))
+        return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
+                "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
 
+    def _publish_frame(self, rt: _Runtime, result, obs_stamp_ns: int, sent: dict) -> None:
         ms = result.timings_ms
         missed = ms["total"] > rt.period_s * 1e3
-        timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s)
-        timing.header.stamp = self.get_clock().now().to_msg()   # after the chunk is out
+        timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s, **sent)
+        timing.header.stamp = self.get_clock().now().to_msg()
         rt.pubs["timing"].publish(timing)
 
         for d in merge_deltas(result.deltas):
@@ -539,7 +589,8 @@ class OxygenNode(LifecycleNode):
         arr = diagnostics.build(
             self.get_fully_qualified_name(), self.get_clock().now().to_msg(), self._state,
             rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
-            rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s)
+            rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s,
+            rt.robot_time.diagnostics())
         rt.diag_pub.publish(arr)
 
 

@@ -55,9 +55,31 @@ SPECS = [
          "Decode budget k: batched decode steps per control frame; 0 = fit the control period.",
          (0, 1024)),
     # -- control loop --------------------------------------------------------------------
-    Spec("control_rate_hz", 10.0, "configure", "Control frames per second.", (0.1, 1000.0)),
-    Spec("action_period_s", 0.0, "live",
-         "Time between trajectory points; 0 = 1 / control_rate_hz.", (0.0, 10.0)),
+    Spec("control_rate_hz", 10.0, "configure",
+         "Replanning rate: control frames (new chunks) per second. The node measures its frames "
+         "at start and warns when this rate cannot be held.", (0.1, 1000.0)),
+    Spec("replanning", "rate", "configure",
+         "rate: a frame every 1 / control_rate_hz | asap: the next frame starts as soon as the "
+         "last one ends (as fast as the hardware allows; control_rate_hz then only sets the "
+         "automatic decode budget)."),
+    Spec("action_rate_hz", 0.0, "configure",
+         "Rate of the checkpoint's actions (its training data's, e.g. 50 for DROID/ALOHA-style "
+         "data, 10-20 for LIBERO): trajectory points are 1 / action_rate_hz apart. 0: what the "
+         "checkpoint's files say (configure fails when they say nothing). Never the replanning "
+         "rate.", (0.0, 10000.0)),
+    Spec("trajectory_velocities", False, "live",
+         "Send point velocities (finite differences, the last one zero): a "
+         "joint_trajectory_controller then interpolates cubically instead of linearly."),
+    Spec("rtc_mode", "off", "configure",
+         "Real-Time Chunking: off | guided (training-free: each chunk is guided to continue what "
+         "the robot executes of the previous one while it is inferred) | trained (hard "
+         "inpainting of that prefix, for checkpoints trained for it)."),
+    Spec("rtc_schedule", "exp", "configure",
+         "RTC soft mask over the guided steps after the delay: exp | linear | ones | zeros."),
+    Spec("rtc_beta", 10.0, "configure", "RTC maximum guidance weight (beta).", (0.0, 1000.0)),
+    Spec("rtc_execution_horizon", 10, "configure",
+         "RTC: chunk steps guided toward the previous chunk, counted from the new chunk's start "
+         "(LeRobot's execution_horizon: the end of the soft mask).", (1, 10000)),
     Spec("max_observation_age_s", 0.5, "live",
          "No action chunk from an observation older than this (seconds).", (0.001, 3600.0)),
     Spec("instruction", "pick up the cube", "live", "Task instruction in the model's prefix."),

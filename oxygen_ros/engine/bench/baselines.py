@@ -30,14 +30,18 @@ class IsolatedRunner(EngineBase):
         self.gate: threading.Event | None = None    # when set: decoding waits while it is clear
 
     @torch.inference_mode()
-    def action(self, obs: Observation, noise, timer: PhaseTimer | None = None) -> torch.Tensor:
+    def action(self, obs: Observation, noise, timer: PhaseTimer | None = None, rtc=None) -> torch.Tensor:
+        """The action chunk alone (its own prefill); marks "chunk" on the timer when ready."""
         timer = timer or PhaseTimer()
         prefix = self.prefix_embeddings(obs, timer)
         with timer("prefill"):
             self.model.prefill(prefix, self.pool, 0)
         with timer("action"):
-            return self.model.sample_actions(self.pool, 0, prefix.shape[1], self.frame_noise(noise),
-                                             self.config.fused)
+            extra = {} if rtc is None else {"rtc": rtc}
+            actions = self.model.sample_actions(self.pool, 0, prefix.shape[1], self.frame_noise(noise),
+                                                self.config.fused, **extra)
+        timer.mark("chunk")
+        return actions
 
     @torch.inference_mode()
     def language(self, obs: Observation, req: LanguageRequest, timer: PhaseTimer | None = None,
@@ -69,10 +73,10 @@ class IsolatedRunner(EngineBase):
 class SequentialEngine(IsolatedRunner):
     """Isolated execution: the action with its own prefill, then each request alone."""
 
-    def step(self, obs: Observation, noise=None) -> FrameResult:
+    def step(self, obs: Observation, noise=None, rtc=None) -> FrameResult:
         timer = PhaseTimer()
         self.tokens_this_frame = 0
-        actions = self.action(obs, noise, timer)
+        actions = self.action(obs, noise, timer, rtc)
         deltas: list[TextDelta] = []
         while self.pending:
             req = self.pending.popleft()
@@ -117,13 +121,13 @@ class ParallelEngine(EngineBase):
             for d in deltas:
                 self._out.put(d)
 
-    def step(self, obs: Observation, noise=None) -> FrameResult:
+    def step(self, obs: Observation, noise=None, rtc=None) -> FrameResult:
         timer = PhaseTimer()
         while self.pending:
             req = self.pending.popleft()
             req.start_frame = self.frame_index
             self._jobs.put((obs, req))
-        actions = self.actor.action(obs, noise, timer)
+        actions = self.actor.action(obs, noise, timer, rtc)
         deltas = []
         while not self._out.empty():
             deltas.append(self._out.get_nowait())

@@ -77,6 +77,28 @@ def horizon_and_steps(config: dict) -> tuple[int, int]:
     return horizon, steps
 
 
+# Where a checkpoint directory may say its training data's rate (frames per second), in
+# order: our own key and a hand-written fps in config.json, LeRobot's training config
+# (its env's fps), a LeRobot dataset's meta/info.json beside the weights.
+ACTION_RATE_SOURCES = (
+    (CONFIG_FILE, ("action_rate_hz", "fps", "env.fps", "dataset.fps")),
+    ("train_config.json", ("env.fps", "dataset.fps", "fps")),
+    ("meta/info.json", ("fps",)),
+)
+
+
+def action_rate_hz(root: Path) -> tuple[float | None, str]:
+    """(the rate the checkpoint's actions were recorded at, the file and key that say it);
+    (None, "") when no file says it."""
+    for name, keys in ACTION_RATE_SOURCES:
+        config = read_json(root / name)
+        for key in keys:
+            value = lookup(config, key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return float(value), f"{name}: {key}"
+    return None, ""
+
+
 def lerobot_action_dims(config: dict) -> int | None:
     """LeRobot's robot action width: output_features' ACTION shape (what it cuts 32 down to)."""
     features = config.get("output_features")

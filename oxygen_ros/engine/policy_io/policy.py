@@ -70,6 +70,8 @@ class PolicyIO:
     tokenizer: Any = None                                        # anything with encode(text)
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     prompt_cuts: int = 0                                         # prompts cut to max_prompt_tokens
+    action_rate_hz: float | None = None                          # the data's rate, where a file says it
+    action_rate_source: str = ""                                 # that file and key
 
     def images(self, images: dict[str, np.ndarray | None]) -> tuple[torch.Tensor, list[bool]]:
         return camera_pixels(images, self.convention, self.image_size)
@@ -148,6 +150,7 @@ class PolicyIO:
                 "denoise_steps": self.denoise_steps, "action_dims": self.action_dims,
                 "delta_action_mask": list(self.delta_action_mask or []),
                 "state_in_prompt": self.state_in_prompt, "image_size": self.image_size,
+                "action_rate_hz": self.action_rate_hz or "not in the checkpoint (set action_rate_hz)",
                 "stats_files": [str(p) for p in self.stats_files],
                 "state_stats_dims": _width(self.state_stats, self.normalization)}
 
@@ -225,6 +228,7 @@ def load_policy_io(checkpoint_dir: str | os.PathLike, convention: str = "auto", 
         state_in_prompt = not (convention == "openpi" and discrete is False)
     horizon, steps = ckpt.horizon_and_steps(config)
     n_action_steps = config.get("n_action_steps") if convention == "lerobot" else None
+    rate, rate_source = ckpt.action_rate_hz(root)
     return PolicyIO(
         convention=convention, normalization=normalization, horizon=horizon, denoise_steps=steps,
         action_dims=action_dims, state_in_prompt=bool(state_in_prompt), image_size=image_size,
@@ -233,4 +237,5 @@ def load_policy_io(checkpoint_dir: str | os.PathLike, convention: str = "auto", 
         state_stats=found.state if normalization != "none" else {},
         action_stats=found.actions if normalization != "none" else {},
         eps=found.eps, delta_action_mask=delta_action_mask,
-        n_action_steps=n_action_steps if isinstance(n_action_steps, int) else None)
+        n_action_steps=n_action_steps if isinstance(n_action_steps, int) else None,
+        action_rate_hz=rate, action_rate_source=rate_source)

@@ -1,0 +1,156 @@
+"""The node's robot-time state: the two rates, how chunks are stamped, RTC, the rate check.
+
+ROS-free (the node passes ROS times in as float seconds). Two rates, never derived from
+each other: the replanning rate (control_rate_hz, or "asap") is how often a new chunk is
+computed; the action rate (the checkpoint's data rate) is how far apart a chunk's points
+are. Every edge here returns a sentence for the node's log and counts itself for
+/diagnostics; none raises during a frame.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from ..engine.rtc import RTCConfig
+from .chunk_plan import PlannedChunk
+from .rate_check import RateCheck
+from .rtc_planner import RTCPlanner
+
+# A ROS clock that moved more (or less) than the monotonic clock by this much between a
+# tick and its publication jumped (sim time reset, NTP step): observations are re-expressed
+# on the new time line instead of stamping a chunk far in the past or future.
+CLOCK_JUMP_S = 0.05
+
+
+def action_rate(p: dict, policy) -> tuple[float, str]:
+    """(action rate in Hz, where it came from): the parameter, else the checkpoint's files."""
+    if p["action_rate_hz"] > 0:
+        return float(p["action_rate_hz"]), "parameter action_rate_hz"
+    rate = getattr(policy, "action_rate_hz", None)
+    if rate:
+        return float(rate), f"checkpoint {policy.action_rate_source}"
+    raise ValueError("action_rate_hz is 0 and the checkpoint's files do not say the rate of its actions: "
+                     "set action_rate_hz to the rate of the training data (e.g. 50 for DROID/ALOHA-style "
+                     "data, 10 or 20 for LIBERO); it is not the replanning rate control_rate_hz")
+
+
+class RobotTime:
+    def __init__(self, action_rate_hz: float, action_rate_source: str, replanning: str, period_s: float,
+                 rtc: RTCPlanner, chunk_points: int, horizon: int):
+        if replanning not in ("rate", "asap"):
+            raise ValueError(f"replanning must be rate or asap, got {replanning!r}")
+        self.action_rate_hz, self.action_rate_source = action_rate_hz, action_rate_source
+        self.action_dt = 1.0 / action_rate_hz
+        self.replanning, self.period_s = replanning, period_s
+        self.rtc = rtc
+        self.rate = RateCheck(period_s)
+        self.horizon = horizon
+        self.chunk_span_s = min(chunk_points or horizon, horizon) * self.action_dt
+        self.configure_warnings = []
+        if replanning == "rate" and self.chunk_span_s < period_s:
+            self.configure_warnings.append(
+                f"a chunk spans {self.chunk_span_s * 1e3:.0f} ms ({min(chunk_points or horizon, horizon)} points "
+                f"at {action_rate_hz:g} Hz), shorter than the {period_s * 1e3:.0f} ms replanning period: "
+                "the arm would stop between chunks. Raise control_rate_hz or chunk_points, or check "
+                "action_rate_hz")
+        self.latencies_ms: collections.deque[float] = collections.deque(maxlen=50)
+        self.points_dropped = 0        # chunk points already past at publication
+        self.chunks_expired = 0        # chunks whose every point was past: not published
+        self.clock_jumps = 0
+        self.rate_warned = False
+        self.last_problem = ""
+        self.rtc_note = ""
+
+    @classmethod
+    def from_params(cls, p: dict, policy, horizon: int, period_s: float) -> "RobotTime":
+        rate, source = action_rate(p, policy)
+        config = RTCConfig(mode=p["rtc_mode"], schedule=p["rtc_schedule"], beta=p["rtc_beta"],
+                           execution_horizon=p["rtc_execution_horizon"])
+        return cls(rate, source, p["replanning"], period_s, RTCPlanner(config, policy, rate, horizon),
+                   p["chunk_points"], horizon)
+
+    @property
+    def replanning_text(self) -> str:
+        return "asap" if self.replanning == "asap" else f"at {1 / self.period_s:g} Hz"
+
+    def activated(self) -> None:
+        self.rtc.reset()
+
+    # -- a frame ----------------------------------------------------------------------------
+    def rtc_guide(self, obs_stamp_s: float, state):
+        """(RTCGuide or None, a note for the log: plain sampling and why, or a clamped delay)."""
+        guide, note = self.rtc.guide(obs_stamp_s, state)
+        if note:
+            self.rtc_note = note
+        return guide, note
+
+    def observation_time(self, obs_s: float, tick_s: float, publish_s: float,
+                         elapsed_mono_s: float) -> tuple[float, str]:
+        """The observation's time on the clock at publication, and a log line when the ROS
+        clock jumped between the tick and now (then the observation keeps its age at the
+        tick, re-expressed on the new time line)."""
+        elapsed_ros = publish_s - tick_s
+        if abs(elapsed_ros - elapsed_mono_s) <= max(CLOCK_JUMP_S, 0.5 * elapsed_mono_s):
+            return obs_s, ""
+        self.clock_jumps += 1
+        moved = obs_s + elapsed_ros - elapsed_mono_s
+        self.last_problem = (f"ROS clock jumped by {elapsed_ros - elapsed_mono_s:+.3f} s between the observation "
+                             "and the chunk's publication: the chunk is stamped on the new time line")
+        return moved, f"{self.last_problem} ({self.clock_jumps} so far)"
+
+    def chunk_sent(self, planned: PlannedChunk, positions, model_actions, latency_s: float) -> str:
+        """Account for a planned chunk at publication; returns an error line when nothing of
+        it is left to send (every point already past), else ""."""
+        self.latencies_ms.append(latency_s * 1e3)
+        self.points_dropped += planned.dropped
+        if planned.empty:
+            self.chunks_expired += 1
+            self.last_problem = (f"chunk not published: its last point was due before publication "
+                                 f"(latency {latency_s * 1e3:.0f} ms > chunk span {self.chunk_span_s * 1e3:.0f} ms)")
+            return f"{self.last_problem} ({self.chunks_expired} so far)"
+        rows = len(positions)
+        self.rtc.published(planned.stamp_s, positions, np.asarray(model_actions)[:rows], latency_s)
+        return ""
+
+    def frame_done(self, frame_s: float) -> str:
+        """Feed the rate check a whole frame's time; a warning line the first time the
+        measured frames show that the replanning rate cannot be held."""
+        self.rate.observe(frame_s)
+        if self.replanning != "rate" or self.rate.holds is not False:
+            if self.rate.holds:
+                self.rate_warned = False
+            return ""
+        if self.rate_warned:
+            return ""
+        self.rate_warned = True
+        hz = self.rate.holdable_hz
+        return (f"control_rate_hz {1 / self.period_s:g} cannot be held: frames take "
+                f"{self.rate.frame_s * 1e3:.0f} ms (median of {self.rate.frames} after {self.rate.warmup} "
+                f"warm-up frames); this machine holds about {hz:.2f} Hz: set control_rate_hz <= {hz:.2f} "
+                "or replanning: asap")
+
+    # -- /diagnostics ---------------------------------------------------------------------------
+    def diagnostics(self) -> dict:
+        lat = sorted(self.latencies_ms)
+        hz = self.rate.holdable_hz
+        problems = list(self.configure_warnings)
+        if self.rate.holds is False and self.replanning == "rate":
+            problems.append(f"control_rate_hz {1 / self.period_s:g} not held (about {hz:.2f} Hz)")
+        if self.last_problem:
+            problems.append(self.last_problem)
+        return {
+            "problems": problems,
+            "values": {
+                "replanning": self.replanning_text, "action_rate_hz": self.action_rate_hz,
+                "action_rate_source": self.action_rate_source, "chunk_span_s": self.chunk_span_s,
+                "chunk_latency_ms_last": self.latencies_ms[-1] if lat else 0.0,
+                "chunk_latency_ms_p95": float(np.percentile(lat, 95)) if lat else 0.0,
+                "points_dropped": self.points_dropped, "chunks_expired": self.chunks_expired,
+                "clock_jumps_at_publish": self.clock_jumps,
+                "rate_holdable_hz": hz if hz is not None else "measuring",
+                "rtc_mode": self.rtc.config.mode, "rtc_delay_steps": self.rtc.last_delay,
+                "rtc_plain_chunks": self.rtc.plain_chunks, "rtc_delays_clamped": self.rtc.clamped,
+                "rtc_last_note": self.rtc_note or "none",
+            },
+        }
