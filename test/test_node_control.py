@@ -15,6 +15,7 @@ from ros_helpers import run_as_peer, run_peers
 
 WINDOW_S = 10.0
 QUESTION = "what have you done?"
+ACTION_DT = 0.05          # config/tiny.yaml action_rate_hz: 20
 
 
 # ----------------------------------------------------------------- driver peer
@@ -55,6 +56,11 @@ def ten_hz_run(namespace, *, deadline):
         positions_ok = all(len(p.positions) == len(JOINTS) for _, m in chunks for p in m.points)
         stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in chunks]
         timing = [m for t, m in list(d.timings) if t0 <= t < t1]
+        # each frame's trajectory and FrameTiming carry the same observation stamp
+        arrived = {(m.header.stamp.sec, m.header.stamp.nanosec): t for t, m in list(d.chunks)}
+        frames = [(arrived.get((m.observation_stamp.sec, m.observation_stamp.nanosec)), t, m)
+                  for t, m in list(d.timings) if t0 <= t < t1]
+        decoding = [(tc, tt, m) for tc, tt, m in frames if tc is not None and m.decode_steps > 0]
         return {
             "chunks": len(chunks), "max_gap_s": max(gaps, default=None),
             "question_window_s": ask_end - ask_start, "question_max_gap_s": max(q_gaps, default=None),
@@ -62,11 +68,18 @@ def ten_hz_run(namespace, *, deadline):
             "question_chunks": len(during),
             "bad_names": bad_names, "not_increasing": not_increasing, "spacing": spacing,
             "points": sorted({len(m.points) for _, m in chunks}), "positions_ok": positions_ok,
-            "stamps_increasing": all(b > a for a, b in zip(stamps, stamps[1:])),
+            "stamps_increasing": all(b >= a for a, b in zip(stamps, stamps[1:])),
             "first_tfs": tfs[0] if tfs else [],
             "timings": len(timing), "period_ms": sorted({round(m.period_ms, 3) for m in timing}),
             "timing_total_ms_max": max((m.total_ms for m in timing), default=None),
             "answer": answer, "text": d.text_requests(), "period_s": PERIOD_S,
+            "paired_frames": sum(tc is not None for tc, _, _ in frames), "frames": len(frames),
+            "decoding_frames": len(decoding),
+            "chunk_after_decode": [(m.chunk_ms, m.admit_ms, m.decode_ms, m.total_ms) for _, _, m in decoding
+                                   if not m.chunk_ms + m.admit_ms + m.decode_ms <= m.total_ms + 0.5],
+            "chunk_latency_ms": [m.chunk_latency_ms for _, _, m in frames],
+            "dropped_vs_points": sorted({(m.points_dropped, len(c.points)) for _, c in chunks
+                                         for m in timing if m.observation_stamp == c.header.stamp}),
         }
     finally:
         d.close()
@@ -116,17 +129,33 @@ def run():
 
 @pytest.mark.ros
 def test_chunks_arrive_at_rate_with_joint_names_and_increasing_times(run):
-    """At 10 Hz, >= 90% of the chunks arrive over 10 s; every chunk names the configured
-    joints and has the horizon's points at strictly increasing times 0.1 s apart."""
+    """At 10 Hz replanning, >= 90% of the chunks arrive over 10 s; every chunk names the
+    configured joints, its points lie at strictly increasing times spaced at the ACTION
+    rate (tiny.yaml: 20 Hz, 0.05 s: not the 0.1 s replanning period), counted from the
+    observation's stamp; the points already past at publication were dropped, and the
+    FrameTiming of the frame says how many."""
     assert run["alive"]
     assert run["chunks"] >= 0.9 * WINDOW_S / run["period_s"], run
     assert run["bad_names"] == 0 and run["not_increasing"] == 0
-    assert run["points"] == [10] and run["positions_ok"]
-    assert run["spacing"] and all(abs(s - run["period_s"]) < 1e-6 for s in run["spacing"])
-    assert run["first_tfs"][0] == pytest.approx(run["period_s"])
+    assert run["positions_ok"] and max(run["points"]) <= 10
+    assert run["spacing"] and all(abs(s - ACTION_DT) < 1e-6 for s in run["spacing"]), run["spacing"]
+    first = run["first_tfs"][0]
+    assert first == pytest.approx(round(first / ACTION_DT) * ACTION_DT)   # its own index x dt
+    assert run["dropped_vs_points"] and all(d + n == 10 for d, n in run["dropped_vs_points"])
     assert run["stamps_increasing"]
     assert run["timings"] >= 0.9 * WINDOW_S / run["period_s"]
     assert run["period_ms"] == [100.0]
+
+
+@pytest.mark.ros
+def test_the_chunk_is_published_before_the_frame_decodes(run):
+    """Chunk first: in every frame that decoded language, the trajectory left before
+    admission and decoding began (chunk_ms + admit_ms + decode_ms <= total_ms, so chunk_ms <
+    total_ms), and its latency from the observation is reported."""
+    assert run["paired_frames"] >= 0.9 * run["frames"], run
+    assert run["decoding_frames"] >= 20, run
+    assert run["chunk_after_decode"] == [], run["chunk_after_decode"]
+    assert all(0 < ms < 1000 for ms in run["chunk_latency_ms"]), run["chunk_latency_ms"]
 
 
 @pytest.mark.ros

@@ -8,7 +8,11 @@ messages' header stamps (the node's clock):
   started total_ms earlier (the node submits new language requests at that start);
 - TextChunks carry their frame's stamp, so a request's chunks map to frames; a request
   starts at the start of its `start_frame`, its first token is its first chunk with
-  text, it is done at the chunk with done=true.
+  text, it is done at the chunk with done=true;
+- robot time: FrameTiming's chunk_latency_ms (observation to the trajectory's
+  publication) and chunk_ms (where in its frame the chunk left); the boundary jumps come
+  from replaying the recorded trajectories, at the times the recorder received them,
+  through the joint_trajectory_controller-like executor (tools/trajectory_executor.py).
 ROS-free: rosbags + numpy.
 """
 from __future__ import annotations
@@ -40,6 +44,10 @@ class Frame:
     tokens: int
     decode_steps: int
     live_requests: int
+    chunk_ms: float | None = None          # None in bags from before the chunk went out first
+    chunk_latency_ms: float | None = None
+    points_dropped: int = 0
+    rtc_delay_steps: int = 0
 
     @property
     def start_s(self) -> float:
@@ -67,6 +75,7 @@ class Request:
 class RunData:
     bag: str
     chunks: list            # (stamp s, number of points, time between points s)
+    trajectories: list      # (received s, joint names, stamp s, times_from_start, positions, velocities | None)
     frames: list            # Frame, in stamp order
     requests: list          # Request, in order of first chunk
     loop_diagnostics: dict  # the last "control loop" status values from /diagnostics
@@ -109,25 +118,30 @@ def read_bag(path: str | Path) -> RunData:
     from rosbags.rosbag2 import Reader
 
     path = bag_dir(path)
-    chunks, frames, requests, diag = [], [], {}, {}
+    chunks, trajectories, frames, requests, diag = [], [], [], {}, {}
     with Reader(path) as reader:
         wanted = [c for c in reader.connections if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS)]
         store = _typestore_for(wanted)
         topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
-        for conn, _, raw in reader.messages(connections=wanted):
+        for conn, log_ns, raw in reader.messages(connections=wanted):
             msg = store.deserialize_cdr(raw, conn.msgtype)
             if conn.msgtype == TRAJECTORY:
                 pts = msg.points
-                dt = 0.0
-                if len(pts) >= 2:
-                    t = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in pts[:2]]
-                    dt = t[1] - t[0]
+                times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in pts]
+                dt = times[1] - times[0] if len(times) >= 2 else 0.0
                 chunks.append((_stamp(msg), len(pts), dt))
+                with_vel = bool(pts) and all(len(p.velocities) for p in pts)
+                trajectories.append((log_ns * 1e-9, list(msg.joint_names), _stamp(msg), times,
+                                     [list(p.positions) for p in pts],
+                                     [list(p.velocities) for p in pts] if with_vel else None))
             elif conn.msgtype == TIMING:
                 frames.append(Frame(int(msg.frame_index), _stamp(msg), float(msg.total_ms),
                                     {ph: float(getattr(msg, f"{ph}_ms")) for ph in TIMING_PHASES},
                                     float(msg.period_ms), bool(msg.deadline_missed),
-                                    int(msg.tokens_emitted), int(msg.decode_steps), int(msg.live_requests)))
+                                    int(msg.tokens_emitted), int(msg.decode_steps), int(msg.live_requests),
+                                    _optional(msg, "chunk_ms"), _optional(msg, "chunk_latency_ms"),
+                                    int(getattr(msg, "points_dropped", 0)),
+                                    int(getattr(msg, "rtc_delay_steps", 0))))
             elif conn.msgtype == TEXT:
                 key = (msg.stream, int(msg.request_id))
                 if key not in requests:
@@ -139,11 +153,47 @@ def read_bag(path: str | Path) -> RunData:
                     if status.name.endswith(": control loop"):
                         diag = {kv.key: kv.value for kv in status.values}
     chunks.sort()
+    trajectories.sort(key=lambda t: t[0])
     frames.sort(key=lambda f: f.end_s)
     reqs = sorted(requests.values(), key=lambda r: min(c[0] for c in r.chunks))
     for r in reqs:
         r.chunks.sort(key=lambda c: (c[0], c[2]))
-    return RunData(str(path), chunks, frames, reqs, diag, topics)
+    return RunData(str(path), chunks, trajectories, frames, reqs, diag, topics)
+
+
+def _optional(msg, name: str) -> float | None:
+    """A FrameTiming field that older bags' definitions lack (None there)."""
+    value = getattr(msg, name, None)
+    return None if value is None else float(value)
+
+
+def boundary_jumps(data: RunData, rate_hz: float = 100.0) -> tuple[list, list]:
+    """(BoundaryJump per trajectory switch, rejection reasons): the recorded trajectories
+    replayed through the controller-like executor at the times they were received."""
+    from .trajectory_executor import replay
+
+    if not data.trajectories:
+        return [], []
+    _, names, _, _, positions, _ = data.trajectories[0]
+    return replay(data.trajectories, names, positions[0] if positions else [0.0] * len(names), rate_hz)
+
+
+def robot_time_summary(data: RunData) -> dict:
+    from .trajectory_executor import jump_stats
+
+    frames = [f for f in data.frames if f.chunk_latency_ms is not None]
+    jumps, rejected = boundary_jumps(data)
+    return {
+        "chunk_latency_ms": _stats([f.chunk_latency_ms for f in frames]),
+        "chunk_in_frame_ms": _stats([f.chunk_ms for f in frames]),
+        "frame_total_ms": _stats([f.total_ms for f in frames]),
+        "points_dropped": sum(f.points_dropped for f in frames),
+        "rtc_guided_frames": sum(f.rtc_delay_steps > 0 for f in frames),
+        "rtc_delay_steps_mean": float(np.mean([f.rtc_delay_steps for f in frames])) if frames else None,
+        "boundary_jumps": jump_stats(jumps),
+        "trajectories_rejected": len(rejected),
+        "rejections": sorted(set(rejected))[:5],
+    }
 
 
 def _stats(values) -> dict:
@@ -282,6 +332,7 @@ def summarize(data: RunData) -> dict:
             "tokens_per_s": tokens / frame_span if frame_span > 0 else None,
             "by_stream": by_stream,
         },
+        "robot_time": robot_time_summary(data),
         "requests": reqs,
         "topics": {t: {"type": ty, "messages": n} for t, (ty, n) in data.topics.items()},
     }
@@ -328,6 +379,17 @@ def format_summary(s: dict) -> str:
                          f"RATE NOT HELD: {f(c['achieved_rate_hz'], '{:.2f}')} of {f(c['target_rate_hz'], '{:.2f}')} Hz, "
                          f"{fr['deadline_misses']} of {fr['count']} frames ({100 * miss:.1f}%) over their "
                          f"{f(fr['period_ms'], '{:.0f}')} ms deadline: lower control_rate_hz or steps_per_frame"))
+    rt = s.get("robot_time")
+    if rt:
+        lat, j = rt["chunk_latency_ms"], rt["boundary_jumps"]
+        lines.append(
+            f"robot time: chunk latency ms p50 {f(lat['p50'])} p95 {f(lat['p95'])} (observation to "
+            f"trajectory; frame p50 {f(rt['frame_total_ms']['p50'])}), {rt['points_dropped']} past points dropped, "
+            f"RTC on {rt['rtc_guided_frames']} frames; boundary jumps at {j['count']} switches: position max "
+            f"{f(j['position_max'], '{:.4f}')} p95 {f(j['position_p95'], '{:.4f}')} rad, velocity max "
+            f"{f(j['velocity_max'], '{:.3f}')} p95 {f(j['velocity_p95'], '{:.3f}')} rad/s"
+            + (f"; {rt['trajectories_rejected']} trajectories REJECTED by the controller"
+               if rt["trajectories_rejected"] else ""))
     for stream, b in lang["by_stream"].items():
         lines.append(f"  {stream}: {b['done']}/{b['requests']} done; first token {f(b['seconds_to_first_token_mean'], '{:.2f}')} s, "
                      f"done {f(b['seconds_to_done_mean'], '{:.2f}')} s ({f(b['frames_to_done_mean'])} frames), "

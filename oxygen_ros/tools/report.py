@@ -2,13 +2,17 @@
 
 The timeline is what a person should see at a glance.
 
-Three panels on one time axis (seconds since the run started):
+Four panels on one time axis (seconds since the run started):
 1. action chunks: the interval before each chunk, against the control period
-   (frames that missed their deadline in red);
+   (frames that missed their deadline in red), and each chunk's latency from its
+   observation to its publication;
 2. every frame as a bar spanning its own duration, stacked by phase: prefill, action,
    admit, decode (ms), with the period as a dashed line; the shared prefill and the
-   action chunk come first, language decoding fills the rest of the frame;
-3. every language request as a horizontal bar from its first to its last TextChunk,
+   action chunk come first, a black tick marks where the chunk was published, language
+   decoding fills the rest of the frame;
+3. the boundary jumps at every trajectory switch (commanded position and velocity,
+   tools/trajectory_executor.py);
+4. every language request as a horizontal bar from its first to its last TextChunk,
    colored by stream (narration, memory, answer), with a thin line from the start of
    the frame that admitted it; answers are labelled with their text.
 """
@@ -17,7 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .bag_summary import TIMING_PHASES, FrameLookup, RunData, read_bag, request_timeline, summarize, time_origin
+from .bag_summary import (TIMING_PHASES, FrameLookup, RunData, boundary_jumps, read_bag, request_timeline,
+                          summarize, time_origin)
 
 PHASE_COLORS = {"prefill": "#4C72B0", "action": "#DD8452", "admit": "#8172B3", "decode": "#55A868"}
 STREAM_COLORS = {"narration": "#1f77b4", "memory": "#2ca02c", "answer": "#d62728"}
@@ -47,8 +52,8 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
     from matplotlib.patches import Patch
 
     t0 = time_origin(data)
-    fig, (ax_c, ax_f, ax_r) = plt.subplots(3, 1, figsize=(15, 9), sharex=True,
-                                           gridspec_kw={"height_ratios": [1.2, 2.2, 2.0]})
+    fig, (ax_c, ax_f, ax_j, ax_r) = plt.subplots(4, 1, figsize=(15, 11), sharex=True,
+                                                 gridspec_kw={"height_ratios": [1.2, 2.2, 1.2, 2.0]})
     period_ms = summary["frames"]["period_ms"]
     c = summary["chunks"]
 
@@ -62,13 +67,17 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
     if missed and stamps:
         ax_c.scatter(missed, [period_ms or 0] * len(missed), marker="v", s=18, color="#d62728", zorder=3,
                      label="frame missed its deadline")
+    latency = [(f.end_s - t0, f.chunk_latency_ms) for f in data.frames if f.chunk_latency_ms is not None]
+    if latency:
+        ax_c.scatter(*zip(*latency), s=8, marker="s", color="#DD8452", zorder=2,
+                     label="chunk latency (observation to publish)")
     if period_ms:
         ax_c.axhline(period_ms, ls="--", color="gray", lw=1, label=f"period {period_ms:.0f} ms")
-    ax_c.set_ylabel("chunk interval\n(ms)")
+    ax_c.set_ylabel("chunk interval,\nlatency (ms)")
     rate = c["achieved_rate_hz"]
     ax_c.set_title(f"{c['count']} action chunks at {rate:.2f} Hz" if rate else f"{c['count']} action chunks",
                    loc="left", fontsize=10)
-    top = max([(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])] + [period_ms or 1.0])
+    top = max([(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])] + [period_ms or 1.0] + [v for _, v in latency])
     ax_c.set_ylim(0, top * 1.2)
     if ax_c.get_legend_handles_labels()[0]:
         ax_c.legend(**LEGEND)
@@ -88,6 +97,10 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
             ax_f.bar([f.start_s - t0 for f in late], [sum(f.phases_ms.values()) for f in late],
                      width=[f.total_ms / 1e3 for f in late], align="edge", fill=False, edgecolor="#d62728",
                      linewidth=1.2, label="missed deadline")
+        sent = [(f.start_s - t0 + f.chunk_ms / 1e3, sum(f.phases_ms[p] for p in ("prefill", "action")))
+                for f in data.frames if f.chunk_ms]
+        if sent:
+            ax_f.scatter(*zip(*sent), marker="_", s=120, color="black", zorder=3, label="chunk published")
         if period_ms:
             ax_f.axhline(period_ms, ls="--", color="gray", lw=1, label="period")
         means = summary["frames"]["phase_ms_mean"]
@@ -97,7 +110,26 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
     if ax_f.get_legend_handles_labels()[0]:
         ax_f.legend(**LEGEND)
 
-    # 3. language requests, one lane set per stream
+    # 3. boundary jumps at each trajectory switch
+    jumps, _ = boundary_jumps(data)
+    if jumps:
+        ax_j.scatter([j.time - t0 for j in jumps], [j.position_jump for j in jumps], s=10, color="#4C72B0",
+                     label="position jump (rad)")
+        ax_v = ax_j.twinx()
+        ax_v.scatter([j.time - t0 for j in jumps], [j.velocity_jump for j in jumps], s=10, marker="x",
+                     color="#C44E52", label="velocity jump (rad/s)")
+        ax_v.set_ylabel("velocity\n(rad/s)")
+        ax_v.set_ylim(bottom=0)
+        handles = ax_j.get_legend_handles_labels()[0] + ax_v.get_legend_handles_labels()[0]
+        ax_j.legend(handles=handles, **{**LEGEND, "bbox_to_anchor": (1.05, 1.0)})
+    bj = summary.get("robot_time", {}).get("boundary_jumps", {})
+    ax_j.set_title(f"boundary jumps at {bj.get('count', 0)} trajectory switches (commanded): position max "
+                   f"{bj.get('position_max') or 0:.4f} rad, velocity max {bj.get('velocity_max') or 0:.3f} rad/s",
+                   loc="left", fontsize=10)
+    ax_j.set_ylabel("position\n(rad)")
+    ax_j.set_ylim(bottom=0)
+
+    # 4. language requests, one lane set per stream
     lookup = FrameLookup.of(data)
     rows = [request_timeline(data, r, t0, lookup) for r in data.requests]
     yticks, ylabels, base = [], [], 0
@@ -133,7 +165,7 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
     ax_r.set_xlabel("time since the first frame (s)")
     end = summary["duration_s"] or 1.0
     ax_r.set_xlim(-0.01 * end, end * 1.02)
-    for ax in (ax_c, ax_f, ax_r):
+    for ax in (ax_c, ax_f, ax_j, ax_r):
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(title or f"oxygen run: {Path(data.bag).name}", fontsize=12)
     fig.tight_layout()
