@@ -59,8 +59,9 @@ def write_bag(path, storage: str, ns: str = "/robot"):
         full = {"narration": "The robot reaches out.", "answer": "I picked it up."}
         for i in range(20):
             t = end_of(i)
+            # chunk i holds position 0.01 i at its three points, 0.1 s apart from its stamp
             points = [T["trajectory_msgs/msg/JointTrajectoryPoint"](
-                positions=np.zeros(1), velocities=empty, accelerations=empty, effort=empty,
+                positions=np.full(1, 0.01 * i), velocities=empty, accelerations=empty, effort=empty,
                 time_from_start=Duration(sec=0, nanosec=k * 100_000_000)) for k in (1, 2, 3)]
             put("joint_trajectory", T["trajectory_msgs/msg/JointTrajectory"](
                 header=header(t), joint_names=["a"], points=points), t)
@@ -70,6 +71,7 @@ def write_bag(path, storage: str, ns: str = "/robot"):
                 header=header(t), frame_index=i, observation_stamp=Time(sec=0, nanosec=0),
                 total_ms=130.0 if missed else 50.0, decode_steps=1, live_requests=0, queued_requests=0,
                 tokens_emitted=tokens, period_ms=100.0, deadline_missed=missed, kv_bytes_in_use=0,
+                chunk_ms=31.0, chunk_latency_ms=40.0 + i, points_dropped=i % 2, rtc_delay_steps=2 * (i > 0),
                 **PHASES), t)
             for stream, rid, start, delta, count, done in text.get(i, []):
                 put(stream, T["oxygen_msgs/msg/TextChunk"](
@@ -118,11 +120,16 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     assert not m["done"] and m["seconds_to_done"] is None and m["text"] == "Moved"
     lang = s["language"]
     assert (lang["requests"], lang["done"], lang["tokens"]) == (3, 2, 18)
+    rt = s["robot_time"]
+    assert rt["chunk_latency_ms"]["p50"] == pytest.approx(49.5) and rt["chunk_latency_ms"]["max"] == 59.0
+    assert rt["chunk_in_frame_ms"]["p50"] == 31.0 and rt["points_dropped"] == 10
+    assert rt["rtc_guided_frames"] == 19 and rt["trajectories_rejected"] == 0
     assert lang["by_stream"]["narration"]["done"] == 1
     img = matplotlib.image.imread(tmp_path / "rep" / "timeline.png")
     assert img.shape[0] > 500 and img.shape[1] > 1000
     out = capsys.readouterr().out
     assert "20 in" in out and "10.00 Hz" in out and "deadline misses 2" in out
+    assert "chunk latency ms p50 49.5 p95" in out
     # 2 of 20 frames over their deadline (10%): the rate counts as not held, and it says so
     assert s["rate_held"] is False
     assert "RATE NOT HELD: 10.00 of 10.00 Hz, 2 of 20 frames (10.0%) over their 100 ms deadline" in out
