@@ -124,6 +124,14 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     assert rt["chunk_latency_ms"]["p50"] == pytest.approx(49.5) and rt["chunk_latency_ms"]["max"] == 59.0
     assert rt["chunk_in_frame_ms"]["p50"] == 31.0 and rt["points_dropped"] == 10
     assert rt["rtc_guided_frames"] == 19 and rt["trajectories_rejected"] == 0
+    # boundary jumps, replayed at the log times (stamp + 1 ms): chunk i replaces chunk i-1
+    # whose points all hold 0.01 (i-1): the new plan is 0.01 away at its first point; the
+    # old command is at rest, the new one runs from there to the first point, 99 ms ahead:
+    # 0.01 / 0.099 = 0.10101 rad/s
+    j = rt["boundary_jumps"]
+    assert j["count"] == 19
+    assert j["position_max"] == pytest.approx(0.01, abs=1e-6) and j["position_p95"] == pytest.approx(0.01, abs=1e-6)
+    assert j["velocity_max"] == pytest.approx(0.01 / 0.099, rel=1e-3)
     assert lang["by_stream"]["narration"]["done"] == 1
     img = matplotlib.image.imread(tmp_path / "rep" / "timeline.png")
     assert img.shape[0] > 500 and img.shape[1] > 1000

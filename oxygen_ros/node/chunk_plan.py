@@ -64,21 +64,18 @@ class PublishedChunk:
     stamp_s: float           # time of its action 0
     dt: float                # its action period
     positions: np.ndarray    # [H, J] robot units, the whole chunk (dropped points included)
-    model_actions: np.ndarray  # [H, D] the engine's output (model space), for dims the robot lacks
 
     @property
     def end_s(self) -> float:
         return self.stamp_s + (len(self.positions) - 1) * self.dt
 
-    def remainder(self, start_s: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """This chunk at start_s + i * dt for the i < steps that still lie inside it:
-        (positions [n, J] linearly interpolated, model actions [n, D] at the nearest step).
-        n = 0 when the chunk has ended by start_s."""
+    def remainder(self, start_s: float, steps: int) -> np.ndarray:
+        """This chunk at start_s + i * dt for the i < steps that still lie inside it,
+        linearly interpolated: [n, J]; n = 0 when the chunk has ended by start_s."""
         t = start_s + np.arange(steps) * self.dt
         t = t[t <= self.end_s + 1e-9]
         x = np.clip((t - self.stamp_s) / self.dt, 0.0, len(self.positions) - 1)
         lo = np.floor(x).astype(int)
         hi = np.minimum(lo + 1, len(self.positions) - 1)
         a = (x - lo)[:, None]
-        pos = (1 - a) * self.positions[lo] + a * self.positions[hi]
-        return pos, self.model_actions[np.rint(x).astype(int)]
+        return (1 - a) * self.positions[lo] + a * self.positions[hi]

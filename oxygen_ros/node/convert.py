@@ -306,21 +306,17 @@ def joint_positions(msg, names: list[str]) -> np.ndarray:
     return out
 
 
-def _time_msg(t_s: float):
-    from builtin_interfaces.msg import Time
-
-    ns = int(round(t_s * 1e9))
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
-
-
-def trajectory_msg(joint_names, chunk):
+def trajectory_msg(joint_names, chunk, stamp_ns: int | None = None):
     """A node.chunk_plan.PlannedChunk as a JointTrajectory: header.stamp at the chunk's
-    action 0, each point at its own time_from_start (velocities only where planned)."""
-    from builtin_interfaces.msg import Duration
+    action 0 (`stamp_ns` when given: the observation's exact stamp, which float seconds
+    would round by ~100 ns), each point at its own time_from_start (velocities only where
+    planned)."""
+    from builtin_interfaces.msg import Duration, Time
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
     msg = JointTrajectory()
-    msg.header.stamp = _time_msg(chunk.stamp_s)
+    ns = int(round(chunk.stamp_s * 1e9)) if stamp_ns is None else int(stamp_ns)
+    msg.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
     msg.joint_names = list(joint_names)
     for i, (t, row) in enumerate(zip(chunk.times, chunk.positions)):
         ns = int(round(float(t) * 1e9))

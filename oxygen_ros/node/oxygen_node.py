@@ -488,11 +488,12 @@ class OxygenNode(LifecycleNode):
             self._log("clock").warning(jump, throttle_duration_sec=LOG_THROTTLE_S)
         planned = plan_chunk(positions, obs_s, rtime.action_dt, publish_now.nanoseconds / 1e9,
                              live["trajectory_velocities"])
-        expired = rtime.chunk_sent(planned, positions, chunk.actions, publish_now.nanoseconds / 1e9 - obs_s)
+        expired = rtime.chunk_sent(planned, positions, publish_now.nanoseconds / 1e9 - obs_s)
         if expired:
             self._log("latency").error(expired, throttle_duration_sec=LOG_THROTTLE_S)
         else:
-            rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned))
+            rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
+                                                         None if jump else obs_stamp_ns))
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
                 "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
 

@@ -99,7 +99,7 @@ class RobotTime:
                              "and the chunk's publication: the chunk is stamped on the new time line")
         return moved, f"{self.last_problem} ({self.clock_jumps} so far)"
 
-    def chunk_sent(self, planned: PlannedChunk, positions, model_actions, latency_s: float) -> str:
+    def chunk_sent(self, planned: PlannedChunk, positions, latency_s: float) -> str:
         """Account for a planned chunk at publication; returns an error line when nothing of
         it is left to send (every point already past), else ""."""
         self.latencies_ms.append(latency_s * 1e3)
@@ -109,8 +109,7 @@ class RobotTime:
             self.last_problem = (f"chunk not published: its last point was due before publication "
                                  f"(latency {latency_s * 1e3:.0f} ms > chunk span {self.chunk_span_s * 1e3:.0f} ms)")
             return f"{self.last_problem} ({self.chunks_expired} so far)"
-        rows = len(positions)
-        self.rtc.published(planned.stamp_s, positions, np.asarray(model_actions)[:rows], latency_s)
+        self.rtc.published(planned.stamp_s, positions, latency_s)
         return ""
 
     def frame_done(self, frame_s: float) -> str:

@@ -50,7 +50,7 @@ class RTCPlanner:
         if prev is None:
             self.plain_chunks += 1
             return None, "first chunk after activation: nothing to continue, plain sampling"
-        positions, model_rows = prev.remainder(obs_stamp_s, self.horizon)
+        positions = prev.remainder(obs_stamp_s, self.horizon)
         n = len(positions)
         if n == 0:
             self.plain_chunks += 1
@@ -63,16 +63,13 @@ class RTCPlanner:
             self.clamped += 1
             note = (f"measured delay {wanted} steps is beyond the {n} left of the previous chunk: "
                     f"clamped to {n}")
-        target = np.array(model_rows, np.float32, copy=True)
-        dims = self.policy.action_dims
-        target[:, :dims] = self.policy.model_actions(positions, state)
+        # the robot's action dims only: the model's extra (padding) dims are left unguided
+        target = np.asarray(self.policy.model_actions(positions, state), np.float32)
         self.last_delay = delay
         return RTCGuide(self.config, target, delay), note
 
-    def published(self, stamp_s: float, positions: np.ndarray, model_actions: np.ndarray,
-                  latency_s: float) -> None:
+    def published(self, stamp_s: float, positions: np.ndarray, latency_s: float) -> None:
         """Record a chunk as sent (its whole [H, J] positions, stamp = action 0's time) and
         the latency from its observation to its publication."""
-        self.previous = PublishedChunk(stamp_s, 1.0 / self.rate, np.asarray(positions, np.float64),
-                                       np.asarray(model_actions, np.float32))
+        self.previous = PublishedChunk(stamp_s, 1.0 / self.rate, np.asarray(positions, np.float64))
         self.estimator.observe(latency_s)

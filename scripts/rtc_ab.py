@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Real-Time Chunking off vs on, A/B in one run: the simulated robot driven by the node's
+own chunk path, rounds interleaved, the same observations' noise in both.
+
+    .venv/bin/python scripts/rtc_ab.py [--params config/demo.yaml] [--rounds 4 --frames-per-round 8]
+
+Each mode has its own simulated robot: tools/sim_world.py (rendered cameras, rate-limited
+joints) commanded at 100 Hz by tools/trajectory_executor.py (what a Jazzy
+joint_trajectory_controller does with a trajectory). Each frame runs what the node runs,
+ROS-free: the observation from the world, the RTC guide from node/rtc_planner.py, the
+engine's act() (its chunk latency is the real compute time of this machine), the policy
+I/O and the joint envelope, node/chunk_plan.py's stamping, dropping and velocities; the
+trajectory reaches the executor at observation time + latency, and the world runs on to
+the next replanning tick on a virtual clock. Prints, per mode, the boundary jumps at the
+chunk switches, the chunk latency, the action phase and RTC's delay; --out writes JSON.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+from oxygen_ros.engine.observation import Observation
+from oxygen_ros.engine.rtc import RTCConfig
+from oxygen_ros.node.chunk_plan import plan_chunk
+from oxygen_ros.node.joint_space import JointSpace
+from oxygen_ros.node.params import build_engine, build_policy_io
+from oxygen_ros.node.robot_time import action_rate
+from oxygen_ros.node.rtc_planner import RTCPlanner
+from oxygen_ros.tools.params_files import config_file, params_from_file
+from oxygen_ros.tools.sim_robot import VIEW_OF_SLOT
+from oxygen_ros.tools.sim_world import SimWorld
+from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor, jump_stats
+
+CONTROL_HZ = 100.0      # the simulated controller's update rate
+
+
+class Arm:
+    """One mode's robot and its RTC planner, on a virtual clock."""
+
+    def __init__(self, mode: str, p: dict, policy, joints: JointSpace, rate: float, horizon: int):
+        self.mode = mode
+        self.world = SimWorld(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
+        self.executor = TrajectoryExecutor(list(joints.names), self.world.q)
+        config = RTCConfig(mode=mode, schedule=p["rtc_schedule"], beta=p["rtc_beta"],
+                           execution_horizon=p["rtc_execution_horizon"])
+        self.planner = RTCPlanner(config, policy, rate, horizon)
+        self.t = 0.0
+        self.warm_jumps = 0
+        self.latency_ms, self.action_ms, self.delays = [], [], []
+
+    def run_until(self, t_end: float) -> None:
+        dt = 1.0 / CONTROL_HZ
+        while self.t + dt <= t_end + 1e-9:
+            self.t += dt
+            self.world.command(self.executor.sample(self.t)[0])
+            self.world.step(dt)
+
+
+def frame(arm: Arm, engine, policy, joints, p, slots, size, rate, noise, measure: bool) -> None:
+    t_obs = arm.t
+    state = arm.world.q.copy()
+    images = {s: arm.world.render(VIEW_OF_SLOT[i % 3], size) for i, s in enumerate(slots)}
+    obs = policy.observation(images, state, p["instruction"], t_obs)
+    guide, _ = arm.planner.guide(t_obs, state)
+    t0 = time.perf_counter()
+    chunk = engine.act(obs, noise=noise, rtc=guide)
+    latency = time.perf_counter() - t0
+    engine.talk()
+    arm.run_until(t_obs + latency)                  # the robot runs on while the chunk is inferred
+    positions, _ = joints.clip(policy.actions(chunk.actions, state))
+    planned = plan_chunk(positions, t_obs, 1.0 / rate, arm.t, with_velocities=p["trajectory_velocities"])
+    if not planned.empty:
+        arm.executor.receive(list(joints.names), planned.stamp_s, planned.times, planned.positions,
+                             None if planned.velocities is None else planned.velocities.tolist(), now=arm.t)
+        arm.planner.published(planned.stamp_s, positions, latency)
+    if measure:
+        arm.latency_ms.append(latency * 1e3)
+        arm.action_ms.append(chunk.timings_ms["action"])
+        arm.delays.append(arm.planner.last_delay)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--params", default=str(config_file("demo.yaml")))
+    ap.add_argument("--rate", type=float, default=0.5, help="replanning rate (Hz); the demo's on 2 cores")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--frames-per-round", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2, help="frames per mode before measuring")
+    ap.add_argument("--out", default="", help="write the figures as JSON here")
+    a = ap.parse_args()
+
+    p = params_from_file(a.params)
+    p.setdefault("rtc_schedule", "exp"), p.setdefault("rtc_beta", 10.0), p.setdefault("rtc_execution_horizon", 10)
+    p.setdefault("trajectory_velocities", True)
+    p.update(narration_every_n_frames=0, memory_every_n_frames=0)
+    full = {**_defaults(), **p}
+    model, tok, engine = build_engine(full)
+    joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
+    policy = build_policy_io(full, model, tok, joints, joints)
+    rate, source = action_rate(full, policy)
+    horizon = model.cfg.expert.horizon
+    slots = model.cfg.camera_slots[: len(p["camera_topics"])]
+    size = 160
+    period = 1.0 / a.rate
+    print(f"model {p['model']}, replanning {a.rate:g} Hz, actions {rate:g} Hz ({source}), horizon {horizon}, "
+          f"{a.rounds} rounds x {a.frames_per_round} frames per mode, interleaved", file=sys.stderr)
+    arms = {m: Arm(m, full, policy, joints, rate, horizon) for m in ("off", "guided")}
+    gen = torch.Generator().manual_seed(0)
+    total = a.warmup + a.rounds * a.frames_per_round
+    noises = [torch.randn(horizon, model.cfg.expert.action_dim, generator=gen) for _ in range(total)]
+    schedule = [(None, a.warmup)] + [(r, a.frames_per_round) for r in range(a.rounds)]
+    f = {m: 0 for m in arms}
+    for r, n in schedule:
+        for mode, arm in arms.items():
+            for _ in range(n):
+                frame(arm, engine, policy, joints, full, slots, size, rate, noises[f[mode]], measure=r is not None)
+                f[mode] += 1
+                arm.run_until(math.ceil(arm.t / period - 1e-9) * period)     # on to the next tick
+            if r is None:
+                arm.warm_jumps = len(arm.executor.jumps)        # switches from now on are measured
+            print(f"  round {r if r is not None else 'warm-up'} {mode}: {len(arm.executor.jumps)} switches",
+                  file=sys.stderr)
+    rows = {}
+    for mode, arm in arms.items():
+        jumps = arm.executor.jumps[arm.warm_jumps:]
+        rows[mode] = {**jump_stats(jumps), "chunk_latency_ms_median": statistics.median(arm.latency_ms),
+                      "action_ms_median": statistics.median(arm.action_ms),
+                      "rtc_delay_steps_mean": float(np.mean(arm.delays))}
+    off, on = rows["off"], rows["guided"]
+    print(f"{'':28}{'RTC off':>12}{'RTC guided':>12}{'on/off':>9}")
+    for key, label in [("position_max", "position jump max (rad)"), ("position_p95", "position jump p95 (rad)"),
+                       ("velocity_max", "velocity jump max (rad/s)"), ("velocity_p95", "velocity jump p95 (rad/s)"),
+                       ("chunk_latency_ms_median", "chunk latency p50 (ms)"), ("action_ms_median", "action phase p50 (ms)"),
+                       ("rtc_delay_steps_mean", "RTC delay d (steps, mean)"), ("count", "switches measured")]:
+        ratio = on[key] / off[key] if off[key] else float("nan")
+        print(f"{label:<28}{off[key]:>12.4f}{on[key]:>12.4f}{ratio:>9.2f}")
+    print(f"RTC's extra action time: {100 * (on['action_ms_median'] / off['action_ms_median'] - 1):+.0f}%")
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump({"params": a.params, "model": p["model"], "replanning_hz": a.rate, "action_rate_hz": rate,
+                       "rounds": a.rounds, "frames_per_round": a.frames_per_round, "modes": rows}, fh, indent=2)
+    return 0
+
+
+def _defaults() -> dict:
+    """Every node parameter's default (what a params file leaves unset)."""
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.node.params import SPECS
+
+    return {s.name: s.default for s in SPECS if not isinstance(s.default, Parameter.Type)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
