@@ -29,6 +29,10 @@ FRAME_TIMING_FIELDS = {
     "period_ms": "float",
     "deadline_missed": "boolean",
     "kv_bytes_in_use": "uint64",
+    "chunk_ms": "float",
+    "chunk_latency_ms": "float",
+    "points_dropped": "uint32",
+    "rtc_delay_steps": "uint32",
 }
 ASK_REQUEST_FIELDS = {"question": "string", "timeout_s": "float"}
 ASK_RESPONSE_FIELDS = {"success": "boolean", "answer": "string", "error": "string",

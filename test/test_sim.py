@@ -17,25 +17,35 @@ def world():
     return SimWorld(["a", "b", "c", "gripper"], [-1.0, -2.0, -1.0, 0.0], [1.0, 2.0, 1.0, 0.08])
 
 
-def test_joints_track_the_chunk_points_at_the_action_period():
-    """Point k of a chunk received at t is the target at t + (k+1) dt (linear in between);
-    the joints reach it (rate-limited) and hold the last point; limits are kept."""
+def test_joints_track_the_command_rate_limited_within_the_limits():
+    """Each step moves a joint at most speed * range * dt toward the command (1.5 ranges a
+    second: a moves 1.5 * 2 * 0.01 = 0.03); commands are clipped to the limits."""
     w = world()
-    pts = np.array([[0.1 * k, 0.2 * k, -0.1 * k, 0.04] for k in range(1, 6)])
-    w.follow(["a", "b", "c", "gripper"], pts, 0.1, t=10.0)
-    assert np.allclose(w.target(10.1), pts[0]) and np.allclose(w.target(10.5), pts[4])
-    assert np.allclose(w.target(10.25), (pts[1] + pts[2]) / 2)
-    assert np.allclose(w.target(99.0), pts[-1])
-    t = 10.0
+    w.command([0.5, 1.0, -0.5, 0.04])
+    w.step(0.01)
+    assert np.allclose(w.q, [0.03, 0.06, -0.03, 0.0012])
     for _ in range(200):
-        t += 0.01
-        w.step(t, 0.01)
-    assert np.allclose(w.q, pts[-1], atol=1e-6)
-    w.follow(["c", "a"], [[5.0, -5.0]], 0.1, t)            # by name, any order, clipped to limits
+        w.step(0.01)
+    assert np.allclose(w.q, [0.5, 1.0, -0.5, 0.04])
+    w.command([5.0, -5.0, 5.0, 1.0])
     for _ in range(300):
-        t += 0.01
-        w.step(t, 0.01)
-    assert np.allclose(w.q, [-1.0, pts[-1][1], 1.0, 0.04])
+        w.step(0.01)
+    assert np.allclose(w.q, [1.0, -2.0, 1.0, 0.08]) and np.allclose(w.commanded, w.q)
+
+
+def test_joints_follow_a_chunk_through_the_trajectory_executor():
+    """The sim's control loop: sample the executor at 100 Hz, command the world; the joints
+    reach the chunk's last point and hold it."""
+    from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor
+
+    w = world()
+    ex = TrajectoryExecutor(w.names, w.q)
+    pts = [[0.1 * k, 0.2 * k, -0.1 * k, 0.04] for k in range(1, 6)]
+    ex.receive(w.names, 0.0, [0.1 * k for k in range(1, 6)], pts, now=10.0)
+    for i in range(1, 201):
+        w.command(ex.sample(10.0 + 0.01 * i)[0])
+        w.step(0.01)
+    assert np.allclose(w.q, pts[-1], atol=1e-6)
 
 
 def test_the_cameras_see_the_arm_move_and_the_cube_follow_a_closed_gripper():
@@ -47,14 +57,14 @@ def test_the_cameras_see_the_arm_move_and_the_cube_follow_a_closed_gripper():
                 for c in np.linspace(-1, 1, 9)),
                key=lambda q: np.linalg.norm(_tip(w, q) - w.cube))
     target = [*best, 0.0]                                   # gripper closed
-    w.follow(w.names, [target], 0.05, 0.0)
-    for i in range(400):
-        w.step(0.01 * i, 0.01)
+    w.command(target)
+    for _ in range(400):
+        w.step(0.01)
     assert w.held is not None, (best, _tip(w, best), w.cube)
     cube = w.cube.copy()
-    w.follow(w.names, [[best[0] - 0.5, best[1], best[2], 0.0]], 0.05, 4.0)   # lift it away
-    for i in range(400):
-        w.step(4.0 + 0.01 * i, 0.01)
+    w.command([best[0] - 0.5, best[1], best[2], 0.0])                       # lift it away
+    for _ in range(400):
+        w.step(0.01)
     assert np.linalg.norm(w.cube - cube) > 0.05
     after = {v: w.render(v, 96) for v in before}
     for v in before:
@@ -72,7 +82,7 @@ def _tip(w, q):
 # ------------------------------------------------------------------ over ROS
 
 def drive(namespace, deadline):
-    """Play oxygen_node: publish one chunk, watch joint states and images."""
+    """Play oxygen_node: publish a stale chunk and a current one, watch joint states and images."""
     import rclpy
     from builtin_interfaces.msg import Duration
     from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -97,9 +107,15 @@ def drive(namespace, deadline):
     first = {c: v[-1] for c, v in images.items()}
     start = list(states[-1].position)
     goal = [0.8, -0.9, 1.0, -1.0, 0.5, 1.5, 0.3, 0.02]
-    msg = JointTrajectory(joint_names=JOINTS)
-    msg.points = [JointTrajectoryPoint(positions=goal, time_from_start=Duration(nanosec=100_000_000 * (k + 1)))
-                  for k in range(10)]
+    points = [JointTrajectoryPoint(positions=goal, time_from_start=Duration(nanosec=100_000_000 * (k + 1)))
+              for k in range(10)]
+    # stamped on the shared ROS clock: one that ended 10 s ago (rejected), then one from now
+    now = node.get_clock().now()
+    stale = JointTrajectory(joint_names=JOINTS, points=points)
+    stale.header.stamp = (now - rclpy.duration.Duration(seconds=10.0)).to_msg()
+    pub.publish(stale)
+    msg = JointTrajectory(joint_names=JOINTS, points=points)
+    msg.header.stamp = now.to_msg()
     pub.publish(msg)
 
     def reached():
@@ -127,7 +143,7 @@ def test_sim_follows_chunks_over_ros_and_stops_on_sigint():
         sim.send_signal(signal.SIGINT)
         out, _ = sim.communicate(timeout=15)
     assert sim.returncode == 0, out
-    assert "stopped after 1 chunks" in out, out
+    assert "stopped after 1 chunks" in out and "1 trajectories rejected" in out, out
     assert result["names"] == JOINTS and result["shape"] == [64, 64, 3]
     for cam, d in result["diff"].items():
         assert d > 1.0, (cam, result["diff"])

@@ -180,15 +180,22 @@ def live_and_frozen_parameters(namespace, *, deadline):
     d = Driver(namespace)
     try:
         d.wait_until(lambda: d.chunks, 30.0, "the first action chunk (autostart)")
-        out = {"points_before": len(d.chunks[-1][1].points)}
-        out["set_chunk_points"] = d.set_param("chunk_points", 3)
-        out["set_action_period"] = d.set_param("action_period_s", 0.05)
+        def last_point_time(m):
+            return m.points[-1].time_from_start.sec + m.points[-1].time_from_start.nanosec * 1e-9
+
+        before = d.chunks[-1][1]
+        out = {"last_before": round(last_point_time(before), 6),
+               "velocities_before": any(len(p.velocities) for p in before.points)}
+        out["set_chunk_points"] = d.set_param("chunk_points", 6)
+        out["set_velocities"] = d.set_param("trajectory_velocities", True)
         t = time.monotonic() + 0.3                       # the next frames read them
         d.wait_until(lambda: d.chunks_since(t) >= 2, 10.0, "chunks after the live changes")
         last = [m for tt, m in list(d.chunks) if tt >= t][-1]
-        out["points_after"] = len(last.points)
+        out["last_after"] = round(last_point_time(last), 6)
         tfs = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in last.points]
-        out["spacing"] = round(tfs[1] - tfs[0], 6)
+        out["spacing"] = round(tfs[1] - tfs[0], 6) if len(tfs) > 1 else None
+        out["velocities_after"] = [len(p.velocities) for p in last.points]
+        out["last_velocity"] = list(last.points[-1].velocities)
         out["set_rate"] = d.set_param("control_rate_hz", 5.0)          # configure-time
         out["set_model"] = d.set_param("model", "smol")                 # configure-time
         out["set_threads"] = d.set_param("max_concurrent_questions", 9)  # start-time (read only)
@@ -263,9 +270,14 @@ def test_question_flood_while_cameras_stall_and_resume(active_node):
 def test_live_parameters_apply_and_configure_time_ones_are_refused_with_the_reason(active_node):
     r = run_peers(__file__, {"driver": ["live_and_frozen_parameters", active_node.namespace]},
                   timeout=60)["driver"]
-    assert r["set_chunk_points"][0] and r["set_action_period"][0], r
-    assert r["points_before"] == 10 and r["points_after"] == 3, r
-    assert r["spacing"] == 0.05, r
+    """chunk_points and trajectory_velocities apply at the next frame (the last point of a
+    chunk is due at (points - 1) / action_rate_hz: 0.45 s for 10 points at tiny's 20 Hz,
+    0.25 s for 6; past points are dropped from the front, never from the end);
+    configure-time and start-time parameters are refused with the reason."""
+    assert r["set_chunk_points"][0] and r["set_velocities"][0], r
+    assert r["last_before"] == 0.45 and not r["velocities_before"], r
+    assert r["last_after"] == 0.25 and r["spacing"] in (0.05, None), r
+    assert all(n == 8 for n in r["velocities_after"]) and r["last_velocity"] == [0.0] * 8, r
     for key in ("set_rate", "set_model"):
         ok, reason = r[key]
         assert not ok and "apply at configure" in reason, r

@@ -1,4 +1,5 @@
-"""`oxygen sim`: a simulated robot for oxygen_node (rendered cameras, joints that follow chunks).
+"""`oxygen sim`: a simulated robot for oxygen_node (rendered cameras, joints that follow chunks
+as a Jazzy joint_trajectory_controller would).
 
 Topic names, joint names and joint limits come from the node's params file (default
 config/demo.yaml), so the node and the robot agree:
@@ -23,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "get it without the suffix")
     p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality, 1..100")
     p.add_argument("--camera-hz", type=float, default=15.0, help="camera frame rate")
-    p.add_argument("--joint-hz", type=float, default=50.0, help="joint state rate (and simulation step)")
+    p.add_argument("--joint-hz", type=float, default=50.0, help="joint state rate")
+    p.add_argument("--control-hz", type=float, default=100.0,
+                   help="trajectory controller update rate (and simulation step)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
     p.add_argument("--quiet", action="store_true", help="no periodic status lines")
 
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     executor.add_node(node)
     try:
         robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
-                         args.compressed, args.jpeg_quality)
+                         args.compressed, args.jpeg_quality, args.control_hz)
         cams = ", ".join(p.topic_name + (f" {fmt}" if fmt else "") for p, _, fmt in robot.cameras)
         print(f"sim: {len(robot.cameras)} cameras ({cams}) {args.image_size}x{args.image_size} at "
               f"{args.camera_hz:g} Hz, {len(robot.world.names)} joints on {robot.joint_pub.topic_name} at "
@@ -68,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{'holds' if robot.world.held is not None else 'does not hold'} the cube", flush=True)
         spin_until_stopped(executor, stop, args.duration, None if args.quiet else status)
         print(f"sim: stopped after {robot.chunks} chunks", flush=True)
+        s = robot.summary()
+        print(f"sim: {s['rejected']} trajectories rejected; {s['count']} chunk boundaries, position jump "
+              f"max {s['position_max']:.4f} p95 {s['position_p95']:.4f} rad, velocity jump max "
+              f"{s['velocity_max']:.3f} p95 {s['velocity_p95']:.3f} rad/s", flush=True)
     finally:
         executor.shutdown(timeout_sec=1.0)
         node.destroy_node()

@@ -1,4 +1,4 @@
-"""A tiny simulated robot: joints that follow action chunks, and a scene drawn with numpy.
+"""A tiny simulated robot: joints that track a commanded position, and a scene drawn with numpy.
 
 ROS-free. The world is a 2D side view: a table, a red cube and a blue bowl on it, and a
 planar arm whose first three joints are its shoulder, elbow and wrist; the end effector
@@ -6,9 +6,9 @@ is a yellow blob at the tip, opened and closed by the last joint (the gripper). 
 cube sticks to a closed gripper that touches it and drops onto the table when it opens.
 Joints are normalised with their limits (lower -> -1, upper -> +1), as the node does.
 
-`follow(points, dt, t)` takes an action chunk (points every dt seconds from t);
-`step(t, dt)` moves every joint toward the chunk's point due at t (linear interpolation
-between points), rate-limited, so the robot tracks the chunk and holds its last point.
+`command(positions)` sets the commanded joint positions (what the trajectory controller,
+tools/trajectory_executor.py, outputs each control update), clipped to the limits;
+`step(dt)` moves every joint toward them, rate-limited, so the robot lags a fast command.
 `render(view, size)`: "base" sees the whole scene; "left_wrist" looks at the gripper
 up close, "right_wrist" at the cube.
 """
@@ -35,7 +35,7 @@ class SimWorld:
             raise ValueError("every upper limit must be above its lower limit")
         self.q = np.clip(np.zeros(len(self.names)), self.lower, self.upper)
         self.speed = speed * (self.upper - self.lower)     # per second: `speed` ranges
-        self.chunk = None                                  # (t0, dt, points [N, J])
+        self.commanded = self.q.copy()                     # where the joints head
         self.cube = np.array([0.25, TABLE_Y + CUBE_HALF])
         self.held = None                                   # cube offset from the gripper
 
@@ -43,32 +43,13 @@ class SimWorld:
     def normalised(self) -> np.ndarray:
         return 2.0 * (self.q - self.lower) / (self.upper - self.lower) - 1.0
 
-    def follow(self, names, points, dt: float, t: float) -> None:
-        """A new chunk: points [N, len(names)] in joint units, one every dt seconds after t.
-        Joints the chunk does not name keep their position."""
-        points = np.asarray(points, dtype=float).reshape(len(points), len(names))
-        full = np.tile(self.q, (len(points), 1))
-        index = {n: i for i, n in enumerate(self.names)}
-        for j, n in enumerate(names):
-            if n in index:
-                full[:, index[n]] = points[:, j]
-        self.chunk = (t, max(dt, 1e-3), np.clip(full, self.lower, self.upper))
+    def command(self, positions) -> None:
+        """The commanded positions [J] in joint units, clipped to the limits."""
+        self.commanded = np.clip(np.asarray(positions, dtype=float).reshape(self.q.shape),
+                                 self.lower, self.upper)
 
-    def target(self, t: float) -> np.ndarray:
-        if self.chunk is None:
-            return self.q
-        t0, dt, pts = self.chunk
-        x = (t - t0) / dt - 1.0            # point k is due at t0 + (k + 1) dt
-        if x <= 0:
-            return pts[0]
-        k = int(x)
-        if k >= len(pts) - 1:
-            return pts[-1]
-        a = x - k
-        return (1 - a) * pts[k] + a * pts[k + 1]
-
-    def step(self, t: float, dt: float) -> None:
-        move = np.clip(self.target(t) - self.q, -self.speed * dt, self.speed * dt)
+    def step(self, dt: float) -> None:
+        move = np.clip(self.commanded - self.q, -self.speed * dt, self.speed * dt)
         self.q = np.clip(self.q + move, self.lower, self.upper)
         self._update_cube()
 
