@@ -71,7 +71,8 @@ def test_every_profile_parameter_is_declared_typed_and_in_range(name):
 
 def test_thor_profile_is_complete_commented_and_fits_pi05():
     """Every node parameter is set and commented; π0.5 on CUDA in bfloat16, 3 cameras,
-    at most 32 joints with valid limits, 30 Hz, request sizes within the KV slots."""
+    at most 32 joints with valid limits, replanning at 5 Hz with 50 Hz actions and RTC on
+    (what π0.5 holds on Thor by the public figures), request sizes within the KV slots."""
     from oxygen_ros.engine.config import PI05
 
     spec = specs()
@@ -79,7 +80,10 @@ def test_thor_profile_is_complete_commented_and_fits_pi05():
     required = {k for k, s in spec.items() if s.required}   # optional arrays may stay commented out
     assert required <= set(p), f"missing: {sorted(required - set(p))}"
     assert (p["model"], p["dtype"]) == ("pi05", "bfloat16") and p["device"].startswith("cuda")
-    assert p["control_rate_hz"] == 30.0 and p["autostart"] is False
+    assert p["control_rate_hz"] == 5.0 and p["autostart"] is False
+    assert p["action_rate_hz"] == 50.0 and p["rtc_mode"] == "guided" and p["trajectory_velocities"] is True
+    # a chunk (50 points at 50 Hz) outlasts a replanning period plus the ~165 ms latency
+    assert PI05.expert.horizon / p["action_rate_hz"] > 1 / p["control_rate_hz"] + 0.165
     assert len(p["camera_topics"]) == len(PI05.camera_slots) == 3
     assert "head" in p["camera_topics"][0] and all("wrist" in t for t in p["camera_topics"][1:])
     names = p["joint_names"]
@@ -96,7 +100,7 @@ def test_thor_profile_is_complete_commented_and_fits_pi05():
     assert p["max_requests"] >= 2 + p["max_concurrent_questions"]
     # narrations at k steps per frame finish before the next one is due
     assert p["narration_max_tokens"] / max(p["steps_per_frame"], 1) < p["narration_every_n_frames"]
-    # at most a few periods of observation age at 30 Hz
+    # at most a few periods of observation age
     assert p["max_observation_age_s"] <= 4 / p["control_rate_hz"]
 
     # commented parameter by parameter: a comment above each key (a group of up to three
@@ -216,5 +220,5 @@ def test_node_configures_and_activates_with_the_thor_params_file(tmp_path):
     text = log.read_text()
     assert proc.returncode == 0, text
     assert "parameter " not in text.split("configured in")[0], text     # no refused parameter
-    m = re.search(r"configured in [\d.]+ s: model pi05-quarter, .* 3 camera\(s\) .* 28 joints, 30 Hz", text)
+    m = re.search(r"configured in [\d.]+ s: model pi05-quarter, .* 3 camera\(s\) .* 28 joints, replanning at 5 Hz, actions at 50 Hz", text)
     assert m, text

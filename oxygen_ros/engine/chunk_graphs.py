@@ -96,10 +96,13 @@ class ChunkStep:
         self._run("prefill", span)
         self.pool.lengths[self.slot] = length
 
-    def sample(self, prefix_len: int, noise) -> torch.Tensor:
-        """Same as VLAModel.sample_actions(pool, self.slot, prefix_len, noise): a fresh [H, D]."""
-        if not self.static:
-            return self.model.sample_actions(self.pool, self.slot, prefix_len, noise, self.fused)
+    def sample(self, prefix_len: int, noise, rtc=None) -> torch.Tensor:
+        """Same as VLAModel.sample_actions(pool, self.slot, prefix_len, noise, rtc=rtc): a fresh
+        [H, D]. A guide that guides anything runs eagerly, never from a graph: the RTC
+        sampling reads the real prefix [0, L) of the slot only and keeps the action tokens'
+        K/V to itself, so the bucket's padding past L never matters."""
+        if not self.static or (rtc is not None and rtc.active(self._horizon())):
+            return self.model.sample_actions(self.pool, self.slot, prefix_len, noise, self.fused, rtc)
         self._set_schedule()
         e = self.model.cfg.expert
         span = self.prefix_bucket(prefix_len)

@@ -441,10 +441,12 @@ class OxygenNode(LifecycleNode):
             self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
                                            throttle_duration_sec=LOG_THROTTLE_S)
             return False
-        sent = self._publish_chunk(rt, chunk, state, now, tick_mono, obs_stamp_ns, live)
-        sent["chunk_ms"] = (time.perf_counter() - started) * 1e3
-        result = rt.engine.talk()          # language only after the chunk is out
-        self._publish_frame(rt, result, obs_stamp_ns, sent)
+        try:
+            sent = self._publish_chunk(rt, chunk, state, now, tick_mono, obs_stamp_ns, live)
+            sent["chunk_ms"] = (time.perf_counter() - started) * 1e3
+        finally:
+            result = rt.engine.talk()      # language only after the chunk is out (and always:
+        self._publish_frame(rt, result, obs_stamp_ns, sent)   # it closes the engine's frame)
         return True
 
     def _submit_requests(self, rt: _Runtime, live: dict) -> None:

@@ -21,6 +21,10 @@ from .rtc_planner import RTCPlanner
 # tick and its publication jumped (sim time reset, NTP step): observations are re-expressed
 # on the new time line instead of stamping a chunk far in the past or future.
 CLOCK_JUMP_S = 0.05
+# An observation stamped this far before its tick (or CLOCK_JUMP_S after it) is not on the
+# node's clock (inputs stamped with wall time while the node runs on sim time, a camera
+# with its own clock): the tick's time stands in for it, and the mismatch is reported.
+OFF_CLOCK_S = 10.0
 
 
 def action_rate(p: dict, policy) -> tuple[float, str]:
@@ -58,6 +62,7 @@ class RobotTime:
         self.points_dropped = 0        # chunk points already past at publication
         self.chunks_expired = 0        # chunks whose every point was past: not published
         self.clock_jumps = 0
+        self.stamps_off_clock = 0      # observations whose stamp is not on the node's clock
         self.rate_warned = False
         self.last_problem = ""
         self.rtc_note = ""
@@ -89,10 +94,20 @@ class RobotTime:
                          elapsed_mono_s: float) -> tuple[float, str]:
         """The observation's time on the clock at publication, and a log line when the ROS
         clock jumped between the tick and now (then the observation keeps its age at the
-        tick, re-expressed on the new time line)."""
+        tick, re-expressed on the new time line) or when its stamp is not on the node's
+        clock at all (then it counts as taken at the tick)."""
+        if obs_s > tick_s + CLOCK_JUMP_S or tick_s - obs_s > OFF_CLOCK_S:
+            self.stamps_off_clock += 1
+            self.last_problem = (f"observation stamped {obs_s - tick_s:+.3f} s from the node's clock (inputs "
+                                 "on another clock? use_sim_time on one side only?): the chunk is stamped "
+                                 "at the tick instead")
+            obs_s = tick_s
+            note = f"{self.last_problem} ({self.stamps_off_clock} so far)"
+        else:
+            note = ""
         elapsed_ros = publish_s - tick_s
         if abs(elapsed_ros - elapsed_mono_s) <= max(CLOCK_JUMP_S, 0.5 * elapsed_mono_s):
-            return obs_s, ""
+            return obs_s, note
         self.clock_jumps += 1
         moved = obs_s + elapsed_ros - elapsed_mono_s
         self.last_problem = (f"ROS clock jumped by {elapsed_ros - elapsed_mono_s:+.3f} s between the observation "
@@ -102,6 +117,7 @@ class RobotTime:
     def chunk_sent(self, planned: PlannedChunk, positions, latency_s: float) -> str:
         """Account for a planned chunk at publication; returns an error line when nothing of
         it is left to send (every point already past), else ""."""
+        latency_s = max(0.0, latency_s)
         self.latencies_ms.append(latency_s * 1e3)
         self.points_dropped += planned.dropped
         if planned.empty:
@@ -146,7 +162,7 @@ class RobotTime:
                 "chunk_latency_ms_last": self.latencies_ms[-1] if lat else 0.0,
                 "chunk_latency_ms_p95": float(np.percentile(lat, 95)) if lat else 0.0,
                 "points_dropped": self.points_dropped, "chunks_expired": self.chunks_expired,
-                "clock_jumps_at_publish": self.clock_jumps,
+                "clock_jumps_at_publish": self.clock_jumps, "stamps_off_clock": self.stamps_off_clock,
                 "rate_holdable_hz": hz if hz is not None else "measuring",
                 "rtc_mode": self.rtc.config.mode, "rtc_delay_steps": self.rtc.last_delay,
                 "rtc_plain_chunks": self.rtc.plain_chunks, "rtc_delays_clamped": self.rtc.clamped,

@@ -14,6 +14,7 @@ from torch import nn
 from ..config import DecoderConfig, ExpertConfig
 from .decoder import Attention, CacheView
 from .layers import AdaRMSNorm, GatedMLP, ada_rms_normalize, norm_terms
+from .rtc_sampling import sample_with_guide
 from ..transfer import to_device
 from .. import native
 
@@ -95,15 +96,18 @@ class ActionExpert(nn.Module):
         return dt, [layer.modulations(cond) for layer in self.layers], self.norm.modulations(cond)
 
     def sample(self, noise: torch.Tensor, pool, slot: int, prefix_len: int, rope_tables,
-               steps: int, fused: bool = False) -> torch.Tensor:
+               steps: int, fused: bool = False, rtc=None) -> torch.Tensor:
         """Euler-integrate the flow from noise at t=1 to t=0, the action tokens' K/V just
         past the prefix in `slot`. `fused` runs the whole loop as one native call
         (engine/native/expert.cpp, same kernels, bitwise the same outputs) where it is
-        built (CPU)."""
+        built (CPU). `rtc` (an engine.rtc.RTCGuide) that guides anything runs the eager
+        RTC sampling instead (rtc_sampling.py: it reads the prefix and writes nothing)."""
         horizon = noise.shape[1]
         positions = torch.arange(prefix_len, prefix_len + horizon, device=noise.device)
         rope = rope_tables.tables(positions[None], noise.dtype)
         schedule = self.schedule(steps)
+        if rtc is not None and rtc.active(horizon):
+            return sample_with_guide(self, noise, schedule, rope, pool, slot, prefix_len, rtc)
         if fused and noise.device.type == "cpu" and native.available():
             out = self._sample_native(noise, pool, slot, prefix_len, rope, *schedule)
             if out is not None:
@@ -121,11 +125,18 @@ class ActionExpert(nn.Module):
                   for i in range(len(self.layers))]
         x = noise
         for k in range(final_mods.shape[0]):
-            h = self.action_in_proj(x)
-            for layer, (norms, gates), cache in zip(self.layers, layer_mods, caches):
-                h = layer(h, norms[k], gates[k], rope, cache, mask)
-            x = x + dt * self.action_out_proj(self.norm(h, final_mods[k]))
+            step_mods = [(norms[k], gates[k]) for norms, gates in layer_mods]
+            x = x + dt * self.velocity(x, step_mods, final_mods[k], rope, caches, mask)
         return x
+
+    def velocity(self, x: torch.Tensor, layer_terms, final_terms, rope, caches, mask=None) -> torch.Tensor:
+        """One denoise step's velocity for the action tokens x [B, H, D]: layer_terms per
+        layer (norms [4, ..., W], gates [2, ..., W]) and final_terms [2, ..., W] of this step
+        (the "..." may be per token: RTC's trained mode), each layer's K/V through `caches`."""
+        h = self.action_in_proj(x)
+        for layer, (norms, gates), cache in zip(self.layers, layer_terms, caches):
+            h = layer(h, norms, gates, rope, cache, mask)
+        return self.action_out_proj(self.norm(h, final_terms))
 
     def _sample_native(self, noise, pool, slot, prefix_len, rope, dt, layer_mods, final_mods):
         """The whole sampling in one native call; None where the layers are not what

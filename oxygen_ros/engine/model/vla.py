@@ -89,15 +89,17 @@ class VLAModel(nn.Module):
         return hidden
 
     def sample_actions(self, pool: KVPool, slot: int, prefix_len: int,
-                       noise: torch.Tensor, fused: bool = False) -> torch.Tensor:
+                       noise: torch.Tensor, fused: bool = False, rtc=None) -> torch.Tensor:
         """Flow-matching action chunk [H, D] from the prefix K/V in `slot` (read-only).
-        `fused`: one native call for the whole sampling where available (same outputs)."""
+        `fused`: one native call for the whole sampling where available (same outputs).
+        `rtc`: an engine.rtc.RTCGuide (Real-Time Chunking); None, mode "off" or nothing to
+        guide samples exactly as without it."""
         e = self.cfg.expert
         if prefix_len + e.horizon > pool.max_len:
             raise ValueError("KV slot too short for prefix + action horizon")
         x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
         return self.expert.sample(x, pool, slot, prefix_len, self.backbone.rope, e.denoise_steps,
-                                  fused)[0]
+                                  fused, rtc)[0]
 
     # -- language ----------------------------------------------------------------------
     def extend(self, ids: torch.Tensor, pool: KVPool, first_slot: int, start: int) -> torch.Tensor:

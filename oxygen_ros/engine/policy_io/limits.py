@@ -55,3 +55,13 @@ class LimitsIO:
         the caller's safety envelope clips and counts)."""
         a = np.asarray(chunk, np.float64)[:, : self.action_dims]
         return self.action_lower + (a + 1.0) * 0.5 * (self.action_upper - self.action_lower)
+
+    def model_actions(self, robot_actions, state=None) -> np.ndarray:
+        """The inverse of actions(): [n, >= action_dims] positions -> [n, action_dims] in
+        [-1, 1] space (not clipped), e.g. the previous chunk as RTC's target. `state` is
+        unused (no delta actions here); it keeps PolicyIO's signature."""
+        x = np.asarray(robot_actions, np.float64)
+        if x.ndim != 2 or x.shape[1] < self.action_dims:
+            raise PolicyIOError(f"robot actions must be [n, >= {self.action_dims}], got shape {x.shape}")
+        x = x[:, : self.action_dims]
+        return 2.0 * (x - self.action_lower) / (self.action_upper - self.action_lower) - 1.0

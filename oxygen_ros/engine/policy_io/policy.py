@@ -12,10 +12,10 @@ import torch
 
 from ..observation import Observation
 from . import checkpoint as ckpt
-from .deltas import to_absolute
+from .deltas import to_absolute, to_delta
 from .errors import PolicyIOError
 from .images import camera_pixels
-from .normalize import normalize, unnormalize
+from .normalize import OPENPI_EPS, normalize, unnormalize
 from .prompt import MAX_PROMPT_TOKENS, discretize, encode_prompt, state_prompt, stateless_prompt
 from .stats import LEROBOT_EPS, FoundStats, read_lerobot, read_openpi, read_stats_file
 
@@ -142,6 +142,36 @@ class PolicyIO:
                                     f"but the state has {raw.shape[0]}")
             out = to_absolute(out, raw, self.delta_action_mask)
         return np.asarray(out, dtype=np.float64)
+
+    def model_actions(self, robot_actions, state=None) -> np.ndarray:
+        """The inverse of actions() on the first action_dims dims: robot actions
+        [n, >= action_dims] -> model space [n, action_dims], float64 (e.g. the previous chunk
+        as RTC's target). Delta dims are taken relative to `state`, the NEW observation's
+        raw state, so a remainder planned from an older state is re-anchored; then the
+        convention's normalize() with the action statistics (the training targets' formula;
+        LeRobot's mean_std divides by std + eps there, its actions() multiplies by std alone,
+        so a round trip differs by that eps, ~1e-8 relative)."""
+        x = np.asarray(robot_actions)
+        if x.ndim != 2 or x.shape[1] < self.action_dims or x.dtype.kind not in "iuf" \
+                or not np.all(np.isfinite(x)):
+            raise PolicyIOError(f"robot actions must be a finite [n, >= {self.action_dims}] array, got "
+                                f"{x.dtype} shape {x.shape}")
+        x = np.array(x[:, : self.action_dims], np.float64)
+        if self.delta_action_mask:
+            raw = _vector(state)
+            if raw.shape[0] < len(self.delta_action_mask):
+                raise PolicyIOError(f"delta_action_mask covers {len(self.delta_action_mask)} dims "
+                                    f"but the state has {raw.shape[0]}")
+            x = to_delta(x, raw, self.delta_action_mask)
+        mode, eps = self.normalization, self.eps.get("actions", LEROBOT_EPS)
+        width = _width(self.action_stats, mode)
+        if mode == "none" or width >= self.action_dims:
+            return normalize(x, self.action_stats, mode, self.convention, eps)
+        # openpi only: dims past its statistics, as actions() passes them (quantile: as is,
+        # mean_std: padded mean 0, std 1, i.e. times 1 + 1e-6)
+        head = normalize(x[:, :width], self.action_stats, mode, "openpi", eps)
+        tail = x[:, width:] if mode == "quantile" else x[:, width:] / (1.0 + OPENPI_EPS)
+        return np.concatenate([head, tail], axis=1)
 
     def summary(self) -> dict:
         return {"checkpoint_dir": str(self.checkpoint_dir), "convention": self.convention,
