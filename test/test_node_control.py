@@ -112,6 +112,21 @@ def slow_frames_run(namespace, *, deadline):
         d.close()
 
 
+def rtc_run(namespace, *, deadline):
+    """Chunks with RTC guided: the delays FrameTiming reports, /diagnostics' robot time."""
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: len(d.chunks) >= 15, 30.0, "15 action chunks")
+        time.sleep(1.5)                                      # a /diagnostics message or two
+        r = d.ask(QUESTION, timeout_s=8.0)
+        return {"delays": [m.rtc_delay_steps for _, m in list(d.timings)], "answer": r,
+                "robot_time": d.diag_values.get("robot time", {})}
+    finally:
+        d.close()
+
+
 # ----------------------------------------------------------------- tests
 
 @pytest.fixture(scope="module")
@@ -183,6 +198,21 @@ def test_question_answered_while_chunks_keep_flowing(run):
 
 
 @pytest.mark.ros
+def test_rtc_guides_every_chunk_after_the_first_and_says_so(start_node):
+    """rtc_mode guided over DDS: the first chunk after activation is sampled plainly (a log
+    line says why), every later one is guided over a measured delay >= 1 step, shown in
+    FrameTiming and /diagnostics; a question is still answered."""
+    node = start_node(autostart=True, rtc_mode="guided", narration_every_n_frames=5)
+    r = run_peers(__file__, {"driver": ["rtc_run", node.namespace]}, timeout=60)["driver"]
+    delays = r["delays"]
+    assert delays[0] == 0 and len(delays) >= 15 and all(d >= 1 for d in delays[1:]), delays
+    assert "first chunk after activation: nothing to continue, plain sampling" in node.log()
+    rt = r["robot_time"]
+    assert rt.get("rtc_mode") == "guided" and rt["rtc_plain_chunks"] == "1" and "rtc_delays_clamped" in rt, rt
+    assert r["answer"]["success"], r["answer"]
+
+
+@pytest.mark.ros
 def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(start_node):
     """With frames far over the 0.1 s period (1024 decode steps of a long narration per
     frame), lifecycle and ask_progress calls answer within 0.3 s, /diagnostics keeps its
@@ -199,4 +229,4 @@ def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(star
 
 
 if __name__ == "__main__":
-    run_as_peer({"ten_hz_run": ten_hz_run, "slow_frames_run": slow_frames_run})
+    run_as_peer({"ten_hz_run": ten_hz_run, "slow_frames_run": slow_frames_run, "rtc_run": rtc_run})

@@ -219,6 +219,16 @@ class OxygenEngine(EngineBase):
         self.frame_index += 1
         return result
 
+    def warm_up(self, obs: Observation, rtc=None) -> float:
+        """The frame's first half once, outside any frame (nothing counted, no noise drawn,
+        nothing admitted), so one-time costs of a path, such as RTC's first backward pass,
+        are paid at configure and not by the first chunks. Returns its milliseconds."""
+        t0 = time.perf_counter()
+        e = self.model.cfg.expert
+        self.act(obs, torch.zeros(e.horizon, e.action_dim), rtc)
+        self._open = None
+        return (time.perf_counter() - t0) * 1e3
+
     def step(self, obs: Observation, noise=None, rtc=None) -> FrameResult:
         """A whole frame: act() then talk()."""
         self.act(obs, noise, rtc)

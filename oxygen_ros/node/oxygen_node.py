@@ -181,6 +181,9 @@ class OxygenNode(LifecycleNode):
         robot_time = RobotTime.from_params(p, policy, cfg.expert.horizon, period_s)
         for warning in robot_time.configure_warnings:
             self.get_logger().warning(warning)
+        if robot_time.rtc.enabled:
+            ms = robot_time.warm_up(engine, policy, p["instruction"], len(joints.names))
+            self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
         rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
                       model=model, tok=tok, engine=engine,
                       period_s=period_s, cameras=cameras, joint_input=joint_input,

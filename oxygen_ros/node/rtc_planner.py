@@ -43,9 +43,9 @@ class RTCPlanner:
     def guide(self, obs_stamp_s: float, state) -> tuple[RTCGuide | None, str]:
         """(the guide for a chunk from this observation, or None; a note for the log:
         why sampling is plain, or that the delay was clamped; "" when nothing to say)."""
-        self.last_delay = 0
         if not self.enabled:
             return None, ""
+        self.last_delay = 0
         prev = self.previous
         if prev is None:
             self.plain_chunks += 1
