@@ -2,7 +2,8 @@
 """Real-Time Chunking off vs on, A/B in one run: the simulated robot driven by the node's
 own chunk path, rounds interleaved, the same observations' noise in both.
 
-    .venv/bin/python scripts/rtc_ab.py [--params config/demo.yaml] [--rounds 4 --frames-per-round 8]
+    .venv/bin/python scripts/rtc_ab.py [--params config/demo.yaml] [--rate 0.33 --action-rate 2]
+        [--rounds 4 --frames-per-round 8] [--velocities] [--out FILE.json]
 
 Each mode has its own simulated robot: tools/sim_world.py (rendered cameras, rate-limited
 joints) commanded at 100 Hz by tools/trajectory_executor.py (what a Jazzy
@@ -29,7 +30,7 @@ from oxygen_ros.engine.rtc import RTCConfig
 from oxygen_ros.node.chunk_plan import plan_chunk
 from oxygen_ros.node.joint_space import JointSpace
 from oxygen_ros.node.params import build_engine, build_policy_io
-from oxygen_ros.node.robot_time import action_rate
+from oxygen_ros.node.robot_time import action_rate, warm_up_rtc
 from oxygen_ros.node.rtc_planner import RTCPlanner
 from oxygen_ros.tools.params_files import config_file, params_from_file
 from oxygen_ros.tools.sim_robot import VIEW_OF_SLOT
@@ -91,13 +92,19 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--frames-per-round", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2, help="frames per mode before measuring")
+    ap.add_argument("--action-rate", type=float, default=0.0,
+                    help="action rate (Hz) instead of the params file's (random experts have no data rate)")
+    ap.add_argument("--velocities", action="store_true",
+                    help="send point velocities: the controller then interpolates cubically from the "
+                         "commanded state and velocity, so the velocity jump is 0 by construction")
     ap.add_argument("--out", default="", help="write the figures as JSON here")
     a = ap.parse_args()
 
     p = params_from_file(a.params)
     p.setdefault("rtc_schedule", "exp"), p.setdefault("rtc_beta", 10.0), p.setdefault("rtc_execution_horizon", 10)
-    p.setdefault("trajectory_velocities", True)
-    p.update(narration_every_n_frames=0, memory_every_n_frames=0)
+    p.update(narration_every_n_frames=0, memory_every_n_frames=0, trajectory_velocities=a.velocities)
+    if a.action_rate:
+        p["action_rate_hz"] = a.action_rate
     full = {**_defaults(), **p}
     model, tok, engine = build_engine(full)
     joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
@@ -110,6 +117,7 @@ def main() -> int:
     print(f"model {p['model']}, replanning {a.rate:g} Hz, actions {rate:g} Hz ({source}), horizon {horizon}, "
           f"{a.rounds} rounds x {a.frames_per_round} frames per mode, interleaved", file=sys.stderr)
     arms = {m: Arm(m, full, policy, joints, rate, horizon) for m in ("off", "guided")}
+    warm_up_rtc(engine, policy, arms["guided"].planner.config, p["instruction"], len(joints.names))   # as the node does
     gen = torch.Generator().manual_seed(0)
     total = a.warmup + a.rounds * a.frames_per_round
     noises = [torch.randn(horizon, model.cfg.expert.action_dim, generator=gen) for _ in range(total)]
@@ -132,6 +140,12 @@ def main() -> int:
                       "action_ms_median": statistics.median(arm.action_ms),
                       "rtc_delay_steps_mean": float(np.mean(arm.delays))}
     off, on = rows["off"], rows["guided"]
+    # RTC's condition d <= s <= H - d (paper): the robot must still be executing the previous
+    # chunk when the new one lands, and what it executes meanwhile must fit in the new one
+    d = math.ceil(on["chunk_latency_ms_median"] / 1e3 * rate)
+    steps = round(period * rate)
+    print(f"RTC condition d <= s <= H - d: d = {d} (guided latency x rate), s = {steps} (period x rate), "
+          f"H - d = {horizon - d}: {'met' if d <= steps <= horizon - d else 'NOT MET: choose --rate/--action-rate'}")
     print(f"{'':28}{'RTC off':>12}{'RTC guided':>12}{'on/off':>9}")
     for key, label in [("position_max", "position jump max (rad)"), ("position_p95", "position jump p95 (rad)"),
                        ("velocity_max", "velocity jump max (rad/s)"), ("velocity_p95", "velocity jump p95 (rad/s)"),
@@ -143,6 +157,7 @@ def main() -> int:
     if a.out:
         with open(a.out, "w") as fh:
             json.dump({"params": a.params, "model": p["model"], "replanning_hz": a.rate, "action_rate_hz": rate,
+                       "velocities": a.velocities, "rtc_condition": {"d": d, "s": steps, "H": horizon},
                        "rounds": a.rounds, "frames_per_round": a.frames_per_round, "modes": rows}, fh, indent=2)
     return 0
 

@@ -24,14 +24,18 @@ def test_the_stamp_is_the_observation_and_points_are_spaced_at_the_action_rate()
 
 
 def test_points_already_past_at_publication_are_dropped_and_counted():
-    """Published 45 ms after a 100 Hz chunk's observation: points 0..4 (0..40 ms) are past;
-    the rest keep their own times from the same stamp."""
-    p = plan_chunk(chunk(), obs_stamp_s=100.0, action_dt=0.01, now_s=100.045)
+    """Published 35 ms after a 100 Hz chunk's observation: points 0..3 (0..30 ms) are past
+    and point 4 (40 ms) is due within one 100 Hz controller update: both dropped; the rest
+    keep their own times from the same stamp."""
+    p = plan_chunk(chunk(), obs_stamp_s=100.0, action_dt=0.01, now_s=100.035)
     assert p.dropped == 5 and p.stamp_s == 100.0
     assert np.allclose(p.times, np.arange(5, 10) * 0.01)
     assert np.array_equal(p.positions, chunk()[5:])
     late = plan_chunk(chunk(), obs_stamp_s=100.0, action_dt=0.01, now_s=100.2)
     assert late.empty and late.dropped == 10                # the whole chunk ended: nothing to send
+    # a point due sooner than one 100 Hz controller update is dropped too (a velocity spike)
+    close = plan_chunk(chunk(), obs_stamp_s=100.0, action_dt=0.01, now_s=100.0555)
+    assert close.dropped == 7 and close.times[0] == pytest.approx(0.07)
 
 
 def test_velocities_are_finite_differences_with_a_zero_last_one():
@@ -40,7 +44,7 @@ def test_velocities_are_finite_differences_with_a_zero_last_one():
     pos = np.array([[0.0], [1.0], [4.0], [9.0]])
     v = finite_difference_velocities(pos, 0.5)
     assert np.allclose(v[:, 0], [2.0, 4.0, 8.0, 0.0])      # (1-0)/.5, (4-0)/1, (9-1)/1, 0
-    p = plan_chunk(pos, 0.0, 0.5, now_s=0.6, with_velocities=True)
+    p = plan_chunk(pos, 0.0, 0.5, now_s=0.6, with_velocities=True)   # points at 0, .5 past
     assert p.dropped == 2 and np.allclose(p.velocities[:, 0], [8.0, 0.0])   # cut after differencing
 
 

@@ -185,9 +185,7 @@ class OxygenEngine(EngineBase):
         with timer("prefill"):
             self.chunk.prefill(prefix)
         with timer("action"):
-            noise = self.frame_noise(noise)
-            chunk = self.chunk.sample(plen, noise) if rtc is None else self.chunk.sample(plen, noise, rtc=rtc)
-            actions = chunk.float().cpu().numpy()
+            actions = self.chunk.sample(plen, self.frame_noise(noise), rtc).float().cpu().numpy()
         timer.mark("chunk")
         self._open = (timer, staging, plen, actions)
         return ChunkResult(self.frame_index, actions, dict(timer.ms, chunk=timer.marks["chunk"]))

@@ -8,6 +8,10 @@ trajectory is stamped t_obs, points keep their own times, and those already in t
 when the chunk is published are dropped (and counted) rather than sent for the controller
 to skip: the controller then splines from where the arm is to the first point still ahead.
 
+A point due less than MIN_LEAD_S ahead is dropped too: the controller cannot reach it
+before its next update (100 Hz: 10 ms), and splining to it from where the arm is would
+command distance / (a few ms), a velocity spike.
+
 Velocities are optional (a parameter): with them the JTC interpolates cubically instead of
 linearly (a velocity step at every point). They are finite differences of the positions,
 the last one zero, because the JTC rejects a trajectory that ends moving unless told
@@ -18,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+MIN_LEAD_S = 0.01     # one update of a 100 Hz joint_trajectory_controller
 
 
 def finite_difference_velocities(positions: np.ndarray, dt: float) -> np.ndarray:
@@ -46,13 +52,14 @@ class PlannedChunk:
 
 
 def plan_chunk(positions, obs_stamp_s: float, action_dt: float, now_s: float,
-               with_velocities: bool = False) -> PlannedChunk:
-    """The points of a chunk [H, J] that are still ahead at `now_s`, on its own time base."""
+               with_velocities: bool = False, min_lead_s: float = MIN_LEAD_S) -> PlannedChunk:
+    """The points of a chunk [H, J] still at least `min_lead_s` ahead at `now_s`, on the
+    chunk's own time base."""
     p = np.asarray(positions, np.float64)
     if not action_dt > 0:
         raise ValueError(f"action period must be positive, got {action_dt}")
     times = np.arange(len(p)) * action_dt
-    keep = obs_stamp_s + times >= now_s
+    keep = obs_stamp_s + times >= now_s + min_lead_s
     first = int(np.argmax(keep)) if keep.any() else len(p)
     vel = finite_difference_velocities(p, action_dt)[first:] if with_velocities else None
     return PlannedChunk(obs_stamp_s, times[first:], p[first:], vel, first)

@@ -54,7 +54,7 @@ from .joint_space import JointSpace
 from .loop_stats import LoopStats
 from .memory_log import MemoryLog, PromptTooLong
 from .questions import QuestionBoard, QuestionRejected
-from .robot_time import RobotTime
+from .robot_time import RobotTime, warm_up_rtc
 from .tick_clock import TickClock
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -182,7 +182,7 @@ class OxygenNode(LifecycleNode):
         for warning in robot_time.configure_warnings:
             self.get_logger().warning(warning)
         if robot_time.rtc.enabled:
-            ms = robot_time.warm_up(engine, policy, p["instruction"], len(joints.names))
+            ms = warm_up_rtc(engine, policy, robot_time.rtc.config, p["instruction"], len(joints.names))
             self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
         rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
                       model=model, tok=tok, engine=engine,

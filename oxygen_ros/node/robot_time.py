@@ -39,6 +39,21 @@ def action_rate(p: dict, policy) -> tuple[float, str]:
                      "data, 10 or 20 for LIBERO); it is not the replanning rate control_rate_hz")
 
 
+def warm_up_rtc(engine, policy, config: RTCConfig, instruction: str, state_dims: int) -> float:
+    """Run the RTC path twice on a blank observation (at configure): its first backward
+    passes are several times slower (autograd and allocator set-up), which in the control
+    loop would make the first guided chunks late, even expire. Returns the second run's ms."""
+    from ..engine.rtc import RTCGuide
+
+    cfg = engine.model.cfg
+    size, horizon = cfg.vision.image_size, cfg.expert.horizon
+    obs = policy.observation({cfg.camera_slots[0]: np.zeros((size, size, 3), np.uint8)},
+                             np.zeros(state_dims), instruction)
+    guide = RTCGuide(config, np.zeros((horizon, policy.action_dims), np.float32), delay=max(1, horizon // 4))
+    engine.warm_up(obs, guide)
+    return engine.warm_up(obs, guide)
+
+
 class RobotTime:
     def __init__(self, action_rate_hz: float, action_rate_source: str, replanning: str, period_s: float,
                  rtc: RTCPlanner, chunk_points: int, horizon: int):
@@ -81,22 +96,6 @@ class RobotTime:
 
     def activated(self) -> None:
         self.rtc.reset()
-
-    def warm_up(self, engine, policy, instruction: str, state_dims: int) -> float:
-        """Run the RTC path twice on a blank observation at configure: its first backward
-        passes are several times slower (autograd and allocator set-up), which in the
-        control loop would make the first guided chunks late, even expire. Returns the
-        second run's milliseconds."""
-        from ..engine.rtc import RTCGuide
-
-        cfg = engine.model.cfg
-        size = cfg.vision.image_size
-        obs = policy.observation({cfg.camera_slots[0]: np.zeros((size, size, 3), np.uint8)},
-                                 np.zeros(state_dims), instruction)
-        guide = RTCGuide(self.rtc.config, np.zeros((self.horizon, policy.action_dims), np.float32),
-                         delay=max(1, min(self.horizon // 4, self.horizon)))
-        engine.warm_up(obs, guide)
-        return engine.warm_up(obs, guide)
 
     # -- a frame ----------------------------------------------------------------------------
     def rtc_guide(self, obs_stamp_s: float, state):

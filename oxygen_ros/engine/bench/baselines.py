@@ -37,9 +37,8 @@ class IsolatedRunner(EngineBase):
         with timer("prefill"):
             self.model.prefill(prefix, self.pool, 0)
         with timer("action"):
-            extra = {} if rtc is None else {"rtc": rtc}
             actions = self.model.sample_actions(self.pool, 0, prefix.shape[1], self.frame_noise(noise),
-                                                self.config.fused, **extra)
+                                                self.config.fused, rtc)
         timer.mark("chunk")
         return actions
 
