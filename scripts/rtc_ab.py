@@ -5,6 +5,9 @@ own chunk path, rounds interleaved, the same observations' noise in both.
     .venv/bin/python scripts/rtc_ab.py [--params config/demo.yaml] [--rate 0.33 --action-rate 2]
         [--rounds 4 --frames-per-round 8] [--velocities] [--out FILE.json]
 
+RTC only helps where its condition d <= s <= H - d holds (d: the guided chunk's latency
+in action steps, s: the steps executed per replanning period); the script checks it.
+
 Each mode has its own simulated robot: tools/sim_world.py (rendered cameras, rate-limited
 joints) commanded at 100 Hz by tools/trajectory_executor.py (what a Jazzy
 joint_trajectory_controller does with a trajectory). Each frame runs what the node runs,
