@@ -182,8 +182,11 @@ class OxygenNode(LifecycleNode):
         for warning in robot_time.configure_warnings:
             self.get_logger().warning(warning)
         if robot_time.rtc.enabled:
-            ms = warm_up_rtc(engine, policy, robot_time.rtc.config, p["instruction"], len(joints.names))
-            self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
+            try:
+                ms = warm_up_rtc(engine, policy, robot_time.rtc.config, p["instruction"], len(joints.names))
+                self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
+            except (ObservationError, PolicyIOError, ValueError) as e:   # an optimisation only:
+                self.get_logger().warning(f"RTC warm-up skipped ({e}): the first guided chunks may be late")
         rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
                       model=model, tok=tok, engine=engine,
                       period_s=period_s, cameras=cameras, joint_input=joint_input,

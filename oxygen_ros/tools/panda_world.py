@@ -1,0 +1,139 @@
+"""A simulated Franka Panda on a table (MuJoCo), with SimWorld's interface (ROS-free).
+
+`PandaWorld` can stand in for tools/sim_world.SimWorld: `names`, `q`, `lower`, `upper`,
+`command(positions)`, `step(dt)`, `render(view, size)`, all in real Panda units (7 arm
+joint angles in rad, then the finger width in m; see tools/panda_scene.py for the joint
+conventions and the mapping onto the Kitchen model). Commands are position targets for
+the model's position actuators; `step` advances the physics at 500 Hz.
+
+Rendering is offscreen through EGL (Mesa's CPU renderer works without a display): the
+MUJOCO_GL choice has to be made before mujoco is first imported, so it is made here.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+GL_HELP = ("MuJoCo could not create an offscreen OpenGL context (MUJOCO_GL={gl}): {err}. "
+           "With MUJOCO_GL=egl (the default set by oxygen_ros) install the Debian packages "
+           "libegl1 libegl-mesa0 libgl1-mesa-dri; or set MUJOCO_GL=osmesa with libosmesa6, "
+           "or MUJOCO_GL=glfw with a display.")
+
+try:
+    import mujoco  # after MUJOCO_GL: the GL backend is loaded on import
+except ModuleNotFoundError:
+    raise
+except Exception as err:   # the backend's GL library is missing
+    raise RuntimeError(GL_HELP.format(gl=os.environ.get("MUJOCO_GL"), err=err)) from err
+
+from oxygen_ros.tools import panda_scene as ps  # noqa: E402
+
+
+class PandaWorld:
+    def __init__(self, names=None, lower=None, upper=None):
+        """names: 8 labels, in order the 7 arm joints and the finger width (default
+        panda_scene.JOINT_NAMES); lower/upper: the limits commands are clipped to, kept
+        inside the real arm's (default: the real arm's)."""
+        self.names = list(ps.JOINT_NAMES if names is None else names)
+        lower = ps.LOWER if lower is None else np.asarray(lower, dtype=float)
+        upper = ps.UPPER if upper is None else np.asarray(upper, dtype=float)
+        if not len(self.names) == len(lower) == len(upper) == len(ps.JOINT_NAMES):
+            raise ValueError(f"PandaWorld takes {len(ps.JOINT_NAMES)} joints: 7 arm joints, "
+                             "then the finger width")
+        self.lower = np.maximum(lower, ps.LOWER)
+        self.upper = np.minimum(upper, ps.UPPER)
+        if np.any(self.upper <= self.lower):
+            raise ValueError("every upper limit must be above its lower limit (within the Panda's)")
+
+        self.model = ps.build_spec().compile()
+        self.data = mujoco.MjData(self.model)
+        self._arm_q = np.array([self.model.joint(n).qposadr[0] for n in ps.KITCHEN_ARM_JOINTS])
+        self._arm_v = np.array([self.model.joint(n).dofadr[0] for n in ps.KITCHEN_ARM_JOINTS])
+        self._finger_q = np.array([self.model.joint(n).qposadr[0] for n in ps.KITCHEN_FINGER_JOINTS])
+        self._finger_v = np.array([self.model.joint(n).dofadr[0] for n in ps.KITCHEN_FINGER_JOINTS])
+        self._ctrl = np.array([self.model.actuator(n).id for n in ps.KITCHEN_ACTUATORS])
+        self._cube = self.model.body("cube").id
+        self._pending = 0.0                 # simulated time asked for but not stepped yet
+
+        # start at rest in the ready pose (gripper down, open), holding it
+        start = np.clip(ps.READY, self.lower, self.upper)
+        self.data.qpos[self._arm_q] = ps.real_to_kitchen(start[:7])
+        self.data.qpos[self._finger_q] = ps.width_to_fingers(start[7])
+        self.command(start)
+        mujoco.mj_forward(self.model, self.data)
+
+        # what the cameras draw: no collision geoms (group 3), no sites
+        self._option = mujoco.MjvOption()
+        self._option.geomgroup[3] = 0
+        self._option.sitegroup[:] = 0
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+
+    # -- joints --------------------------------------------------------------------------
+    @property
+    def q(self) -> np.ndarray:
+        """Measured positions [8]: 7 real Panda joint angles, then the finger width."""
+        arm = ps.kitchen_to_real(self.data.qpos[self._arm_q])
+        return np.append(arm, ps.fingers_to_width(self.data.qpos[self._finger_q]))
+
+    def velocities(self) -> np.ndarray:
+        """Measured velocities [8]: rad/s of the arm joints, then m/s of the finger width."""
+        return np.append(self.data.qvel[self._arm_v], self.data.qvel[self._finger_v].sum())
+
+    def command(self, positions) -> None:
+        """Position targets [8] in real units, clipped to the limits."""
+        target = np.clip(np.asarray(positions, dtype=float).reshape(len(self.names)),
+                         self.lower, self.upper)
+        self.commanded = target
+        self.data.ctrl[self._ctrl] = np.append(ps.real_to_kitchen(target[:7]),
+                                               ps.width_to_fingers(target[7]))
+
+    def step(self, dt: float) -> None:
+        """Advance the physics by dt seconds, in whole 2 ms steps (the rest carries over)."""
+        self._pending += dt
+        n = int(self._pending / self.model.opt.timestep + 1e-6)
+        if n > 0:
+            mujoco.mj_step(self.model, self.data, nstep=n)
+            self._pending -= n * self.model.opt.timestep
+
+    @property
+    def time(self) -> float:
+        return float(self.data.time)
+
+    def cube_position(self) -> np.ndarray:
+        """The cube's centre [x, y, z] in the world frame (m); the table top is at panda_scene.TABLE_TOP."""
+        return self.data.xpos[self._cube].copy()
+
+    # -- rendering -----------------------------------------------------------------------
+    def render(self, view: str = "base", size: int = 160) -> np.ndarray:
+        """An RGB uint8 image [size, size, 3]: "base" the scene camera, "left_wrist" the
+        wrist camera, "right_wrist" the side view."""
+        camera = ps.CAMERAS[view]
+        renderer = self._renderer(size, size)
+        renderer.update_scene(self.data, camera=camera, scene_option=self._option)
+        return renderer.render().copy()
+
+    def _renderer(self, height: int, width: int) -> "mujoco.Renderer":
+        key = (height, width)
+        if key not in self._renderers:
+            try:
+                renderer = mujoco.Renderer(self.model, height, width)
+            except Exception as err:   # no GL library, or no display for glfw
+                raise RuntimeError(GL_HELP.format(gl=os.environ.get("MUJOCO_GL"), err=err)) from err
+            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
+            self._renderers[key] = renderer
+        return self._renderers[key]
+
+    def close(self) -> None:
+        """Close the renderers now: an EGL context left to the garbage collector at exit raises."""
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
