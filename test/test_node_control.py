@@ -212,6 +212,29 @@ def test_rtc_guides_every_chunk_after_the_first_and_says_so(start_node):
     assert r["answer"]["success"], r["answer"]
 
 
+def asap_run(namespace, *, deadline):
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: len(d.chunks) >= 3, 30.0, "three action chunks")
+        t0 = time.monotonic()
+        time.sleep(3.0)
+        return {"chunks": d.chunks_since(t0)}
+    finally:
+        d.close()
+
+
+@pytest.mark.ros
+def test_replanning_asap_runs_frames_back_to_back(start_node):
+    """replanning: asap ignores the 1 Hz tick: frames (tiny: tens of ms) follow each other,
+    so far more than 3 chunks arrive in 3 s."""
+    node = start_node(autostart=True, replanning="asap", control_rate_hz=1.0)
+    r = run_peers(__file__, {"driver": ["asap_run", node.namespace]}, timeout=60)["driver"]
+    assert r["chunks"] >= 15, r
+    assert "replanning asap" in node.log()
+
+
 @pytest.mark.ros
 def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(start_node):
     """With frames far over the 0.1 s period (1024 decode steps of a long narration per
@@ -229,4 +252,5 @@ def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(star
 
 
 if __name__ == "__main__":
-    run_as_peer({"ten_hz_run": ten_hz_run, "slow_frames_run": slow_frames_run, "rtc_run": rtc_run})
+    run_as_peer({"ten_hz_run": ten_hz_run, "slow_frames_run": slow_frames_run, "rtc_run": rtc_run,
+                 "asap_run": asap_run})

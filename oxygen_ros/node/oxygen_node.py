@@ -379,9 +379,10 @@ class OxygenNode(LifecycleNode):
         # replanning "asap": no ticks, the next frame starts when the last one ends
         clock = TickClock(rt.period_s) if rt.robot_time.replanning == "rate" else None
         while clock.wait(self._stop) if clock else not self._stop.is_set():
-            start = time.monotonic()
+            start, ran = time.monotonic(), False
             try:
-                if self._tick(rt):
+                ran = self._tick(rt)
+                if ran:
                     self._check_rate(rt, time.monotonic() - start)
             except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
                 if self._stop.is_set() or not self.context.ok():   # shutting down (Ctrl-C)
@@ -391,7 +392,7 @@ class OxygenNode(LifecycleNode):
                     f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
                     throttle_duration_sec=LOG_THROTTLE_S)
             if clock is None:
-                if time.monotonic() - start < 1e-3:
+                if not ran:
                     self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
                 continue
             skipped = clock.advance()
@@ -490,10 +491,10 @@ class OxygenNode(LifecycleNode):
                 f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
         rtime = rt.robot_time
         publish_now = self.get_clock().now()
-        obs_s, jump = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
-                                             publish_now.nanoseconds / 1e9, time.monotonic() - tick_mono)
-        if jump:
-            self._log("clock").warning(jump, throttle_duration_sec=LOG_THROTTLE_S)
+        obs_s, restamped = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
+                                                  publish_now.nanoseconds / 1e9, time.monotonic() - tick_mono)
+        if restamped:       # the ROS clock jumped, or the stamp is not on the node's clock
+            self._log("clock").warning(restamped, throttle_duration_sec=LOG_THROTTLE_S)
         planned = plan_chunk(positions, obs_s, rtime.action_dt, publish_now.nanoseconds / 1e9,
                              live["trajectory_velocities"])
         expired = rtime.chunk_sent(planned, positions, publish_now.nanoseconds / 1e9 - obs_s)
@@ -501,7 +502,7 @@ class OxygenNode(LifecycleNode):
             self._log("latency").error(expired, throttle_duration_sec=LOG_THROTTLE_S)
         else:
             rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
-                                                         None if jump else obs_stamp_ns))
+                                                         None if restamped else obs_stamp_ns))
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
                 "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
 
