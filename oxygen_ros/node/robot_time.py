@@ -9,6 +9,7 @@ are. Every edge here returns a sentence for the node's log and counts itself for
 from __future__ import annotations
 
 import collections
+import time
 
 import numpy as np
 
@@ -25,6 +26,7 @@ CLOCK_JUMP_S = 0.05
 # node's clock (inputs stamped with wall time while the node runs on sim time, a camera
 # with its own clock): the tick's time stands in for it, and the mismatch is reported.
 OFF_CLOCK_S = 10.0
+PROBLEM_HOLD_S = 5.0  # how long a one-off problem (a jump, an expired chunk) stays in /diagnostics
 
 
 def action_rate(p: dict, policy) -> tuple[float, str]:
@@ -79,8 +81,11 @@ class RobotTime:
         self.clock_jumps = 0
         self.stamps_off_clock = 0      # observations whose stamp is not on the node's clock
         self.rate_warned = False
-        self.last_problem = ""
+        self.last_problem, self._problem_at = "", -1e9
         self.rtc_note = ""
+
+    def _report(self, text: str) -> None:
+        self.last_problem, self._problem_at = text, time.monotonic()
 
     @classmethod
     def from_params(cls, p: dict, policy, horizon: int, period_s: float) -> "RobotTime":
@@ -113,9 +118,9 @@ class RobotTime:
         clock at all (then it counts as taken at the tick)."""
         if obs_s > tick_s + CLOCK_JUMP_S or tick_s - obs_s > OFF_CLOCK_S:
             self.stamps_off_clock += 1
-            self.last_problem = (f"observation stamped {obs_s - tick_s:+.3f} s from the node's clock (inputs "
-                                 "on another clock? use_sim_time on one side only?): the chunk is stamped "
-                                 "at the tick instead")
+            self._report(f"observation stamped {obs_s - tick_s:+.3f} s from the node's clock (inputs "
+                         "on another clock? use_sim_time on one side only?): the chunk is stamped at the "
+                         "tick instead")
             obs_s = tick_s
             note = f"{self.last_problem} ({self.stamps_off_clock} so far)"
         else:
@@ -125,8 +130,8 @@ class RobotTime:
             return obs_s, note
         self.clock_jumps += 1
         moved = obs_s + elapsed_ros - elapsed_mono_s
-        self.last_problem = (f"ROS clock jumped by {elapsed_ros - elapsed_mono_s:+.3f} s between the observation "
-                             "and the chunk's publication: the chunk is stamped on the new time line")
+        self._report(f"ROS clock jumped by {elapsed_ros - elapsed_mono_s:+.3f} s between the observation "
+                     "and the chunk's publication: the chunk is stamped on the new time line")
         return moved, f"{self.last_problem} ({self.clock_jumps} so far)"
 
     def chunk_sent(self, planned: PlannedChunk, positions, latency_s: float) -> str:
@@ -137,8 +142,8 @@ class RobotTime:
         self.points_dropped += planned.dropped
         if planned.empty:
             self.chunks_expired += 1
-            self.last_problem = (f"chunk not published: its last point was due before publication "
-                                 f"(latency {latency_s * 1e3:.0f} ms > chunk span {self.chunk_span_s * 1e3:.0f} ms)")
+            self._report(f"chunk not published: its last point was due before publication "
+                         f"(latency {latency_s * 1e3:.0f} ms > chunk span {self.chunk_span_s * 1e3:.0f} ms)")
             return f"{self.last_problem} ({self.chunks_expired} so far)"
         self.rtc.published(planned.stamp_s, positions, latency_s)
         return ""
@@ -167,7 +172,7 @@ class RobotTime:
         problems = list(self.configure_warnings)
         if self.rate.holds is False and self.replanning == "rate":
             problems.append(f"control_rate_hz {1 / self.period_s:g} not held (about {hz:.2f} Hz)")
-        if self.last_problem:
+        if self.last_problem and time.monotonic() - self._problem_at <= PROBLEM_HOLD_S:
             problems.append(self.last_problem)
         return {
             "problems": problems,
