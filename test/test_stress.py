@@ -271,12 +271,12 @@ def test_live_parameters_apply_and_configure_time_ones_are_refused_with_the_reas
     r = run_peers(__file__, {"driver": ["live_and_frozen_parameters", active_node.namespace]},
                   timeout=60)["driver"]
     """chunk_points and trajectory_velocities apply at the next frame (the last point of a
-    chunk is due at (points - 1) / action_rate_hz: 0.45 s for 10 points at tiny's 20 Hz,
-    0.25 s for 6; past points are dropped from the front, never from the end);
+    chunk is due at (points - 1) / action_rate_hz: 0.72 s for 10 points at tiny's 12.5 Hz,
+    0.4 s for 6; past points are dropped from the front, never from the end);
     configure-time and start-time parameters are refused with the reason."""
     assert r["set_chunk_points"][0] and r["set_velocities"][0], r
-    assert r["last_before"] == 0.45 and not r["velocities_before"], r
-    assert r["last_after"] == 0.25 and r["spacing"] in (0.05, None), r
+    assert r["last_before"] == 0.72 and not r["velocities_before"], r
+    assert r["last_after"] == 0.4 and r["spacing"] in (0.08, None), r
     assert all(n == 8 for n in r["velocities_after"]) and r["last_velocity"] == [0.0] * 8, r
     for key in ("set_rate", "set_model"):
         ok, reason = r[key]

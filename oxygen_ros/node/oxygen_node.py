@@ -440,7 +440,6 @@ class OxygenNode(LifecycleNode):
         guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
         if note:
             self._log("rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)
-        started = time.perf_counter()
         try:
             chunk = rt.engine.act(obs, rtc=guide)
         except (ObservationError, ValueError) as e:
@@ -448,9 +447,11 @@ class OxygenNode(LifecycleNode):
             self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
                                            throttle_duration_sec=LOG_THROTTLE_S)
             return False
+        acted = time.perf_counter()
         try:
             sent = self._publish_chunk(rt, chunk, state, now, tick_mono, obs_stamp_ns, live)
-            sent["chunk_ms"] = (time.perf_counter() - started) * 1e3
+            # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
+            sent["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
         finally:
             result = rt.engine.talk()      # language only after the chunk is out (and always:
         self._publish_frame(rt, result, obs_stamp_ns, sent)   # it closes the engine's frame)
