@@ -4,9 +4,9 @@
     ros2 service call /oxygen_node/ask_progress oxygen_msgs/srv/AskProgress "{question: 'what have you done?'}"
 
 humanoid_thor.launch.py with the demo profile (the same lifecycle handling, namespace
-and record arguments), plus `oxygen sim` publishing the cameras and joint states the
-profile names. `oxygen demo` does all of this without launch, asks the question and
-writes the report.
+and record arguments), plus `oxygen sim` (the MuJoCo Panda) publishing the cameras and
+joint states the profile names, at the rates `oxygen demo` uses. `oxygen demo` does all
+of this without launch, asks the question and writes the report.
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription
@@ -24,8 +24,10 @@ def generate_launch_description():
                               description="the node's params file; the sim takes its joints and topics from it"),
         DeclareLaunchArgument("namespace", default_value="/", description="namespace of the node, the sim and topics"),
         DeclareLaunchArgument("record", default_value="false", description="true: also run `oxygen record`"),
+        # the rates `oxygen demo` picks for demo.yaml (2 Hz): each MuJoCo view costs ~20 ms of CPU
         ExecuteProcess(cmd=[ExecutableInPackage(package="oxygen_ros", executable="oxygen"), "sim",
-                            "--params", params, "--namespace", namespace], output="screen"),
+                            "--params", params, "--namespace", namespace, "--camera-hz", "6", "--joint-hz", "50"],
+                       output="screen"),
         IncludeLaunchDescription(
             PythonLaunchDescriptionSource(PathJoinSubstitution([share, "launch", "humanoid_thor.launch.py"])),
             launch_arguments={"params_file": params, "namespace": namespace,

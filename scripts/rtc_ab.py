@@ -8,8 +8,8 @@ own chunk path, rounds interleaved, the same observations' noise in both.
 RTC only helps where its condition d <= s <= H - d holds (d: the guided chunk's latency
 in action steps, s: the steps executed per replanning period); the script checks it.
 
-Each mode has its own simulated robot: tools/sim_world.py (rendered cameras, rate-limited
-joints) commanded at 100 Hz by tools/trajectory_executor.py (what a Jazzy
+Each mode has its own simulated robot: tools/panda_world.py (the MuJoCo Panda: rendered
+cameras, position actuators, 500 Hz physics) commanded at 100 Hz by tools/trajectory_executor.py (what a Jazzy
 joint_trajectory_controller does with a trajectory). Each frame runs what the node runs,
 ROS-free: the observation from the world, the RTC guide from node/rtc_planner.py, the
 engine's act() (its chunk latency is the real compute time of this machine), the policy
@@ -37,7 +37,7 @@ from oxygen_ros.node.robot_time import action_rate, warm_up_rtc
 from oxygen_ros.node.rtc_planner import RTCPlanner
 from oxygen_ros.tools.params_files import config_file, params_from_file
 from oxygen_ros.tools.sim_robot import VIEW_OF_SLOT
-from oxygen_ros.tools.sim_world import SimWorld
+from oxygen_ros.tools.panda_world import PandaWorld
 from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor, jump_stats
 
 CONTROL_HZ = 100.0      # the simulated controller's update rate
@@ -48,7 +48,7 @@ class Arm:
 
     def __init__(self, mode: str, p: dict, policy, joints: JointSpace, rate: float, horizon: int):
         self.mode = mode
-        self.world = SimWorld(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
+        self.world = PandaWorld(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
         self.executor = TrajectoryExecutor(list(joints.names), self.world.q)
         config = RTCConfig(mode=mode, schedule=p["rtc_schedule"], beta=p["rtc_beta"],
                            execution_horizon=p["rtc_execution_horizon"])
@@ -125,17 +125,11 @@ def main() -> int:
     total = a.warmup + a.rounds * a.frames_per_round
     noises = [torch.randn(horizon, model.cfg.expert.action_dim, generator=gen) for _ in range(total)]
     schedule = [(None, a.warmup)] + [(r, a.frames_per_round) for r in range(a.rounds)]
-    f = {m: 0 for m in arms}
-    for r, n in schedule:
-        for mode, arm in arms.items():
-            for _ in range(n):
-                frame(arm, engine, policy, joints, full, slots, size, rate, noises[f[mode]], measure=r is not None)
-                f[mode] += 1
-                arm.run_until(math.ceil(arm.t / period - 1e-9) * period)     # on to the next tick
-            if r is None:
-                arm.warm_jumps = len(arm.executor.jumps)        # switches from now on are measured
-            print(f"  round {r if r is not None else 'warm-up'} {mode}: {len(arm.executor.jumps)} switches",
-                  file=sys.stderr)
+    try:
+        _run_rounds(arms, schedule, engine, policy, joints, full, slots, size, rate, noises, period)
+    finally:
+        for arm in arms.values():      # their renderers: an EGL context left to exit raises
+            arm.world.close()
     rows = {}
     for mode, arm in arms.items():
         jumps = arm.executor.jumps[arm.warm_jumps:]
@@ -163,6 +157,21 @@ def main() -> int:
                        "velocities": a.velocities, "rtc_condition": {"d": d, "s": steps, "H": horizon},
                        "rounds": a.rounds, "frames_per_round": a.frames_per_round, "modes": rows}, fh, indent=2)
     return 0
+
+
+def _run_rounds(arms, schedule, engine, policy, joints, full, slots, size, rate, noises, period) -> None:
+    """Every mode's frames, round by round, interleaved."""
+    f = {m: 0 for m in arms}
+    for r, n in schedule:
+        for mode, arm in arms.items():
+            for _ in range(n):
+                frame(arm, engine, policy, joints, full, slots, size, rate, noises[f[mode]], measure=r is not None)
+                f[mode] += 1
+                arm.run_until(math.ceil(arm.t / period - 1e-9) * period)     # on to the next tick
+            if r is None:
+                arm.warm_jumps = len(arm.executor.jumps)        # switches from now on are measured
+            print(f"  round {r if r is not None else 'warm-up'} {mode}: {len(arm.executor.jumps)} switches",
+                  file=sys.stderr)
 
 
 def _defaults() -> dict:

@@ -61,7 +61,7 @@ def test_world_starts_at_ready_in_real_units(world):
 
 
 def test_accepts_simworld_arguments():
-    """PandaWorld(names, lower, upper) as SimWorld is built from the node params: the
+    """PandaWorld(names, lower, upper) as SimRobot builds it from the node params: the
     names are kept, the limits are narrowed to what the real Panda allows."""
     import yaml
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,6 +1,6 @@
 """`oxygen demo`: the whole loop on this machine for about a minute, then the report.
 
-Starts the simulated robot (`oxygen sim`), oxygen_node with the params file (default
+Starts the simulated robot (`oxygen sim`: the MuJoCo Panda), oxygen_node with the params file (default
 config/demo.yaml: SmolLM2 on the CPU; autostart) and the recorder (`oxygen record`);
 prints the narration and memory lines as they finish, asks "what have you done?" half
 way through and prints the answer; then stops everything (node, robot, recorder, in
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record-cameras", action="store_true",
                    help="the bag also holds the camera frames and joint states (for `oxygen play`)")
     p.add_argument("--camera-hz", type=float, default=0.0,
-                   help="simulated camera rate (0: 3x the control rate, 5..15 Hz; the CPU runs the model too)")
+                   help="simulated camera rate (0: 3x the control rate, 5..10 Hz; the CPU runs the model too)")
 
 
 def _default_out() -> Path:
@@ -198,9 +198,11 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     from oxygen_ros.tools.demo_rate import sim_camera_hz
 
     camera_hz = args.camera_hz or sim_camera_hz(params.get("control_rate_hz", 10.0))
+    # joint states at 50 Hz, not the sim's 100: the node reads one state per frame (a few
+    # Hz here) and every message costs its executor, beside the model, on the same cores
     children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
                            "--image-size", str(args.image_size), "--camera-hz", f"{camera_hz:g}",
-                           "--joint-hz", "30", *(["--compressed", args.compressed] if args.compressed else [])])
+                           "--joint-hz", "50", *(["--compressed", args.compressed] if args.compressed else [])])
     children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(out / "bag"),
                                 "--params", str(params_path), "--quiet",
                                 *(["--cameras"] if args.record_cameras else [])])

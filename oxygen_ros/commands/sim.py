@@ -1,21 +1,29 @@
-"""`oxygen sim`: a simulated robot for oxygen_node (rendered cameras, joints that follow chunks
-as a Jazzy joint_trajectory_controller would).
+"""`oxygen sim`: a simulated Franka Panda for oxygen_node (MuJoCo physics, rendered cameras,
+joints that follow chunks as a Jazzy joint_trajectory_controller would).
 
 Topic names, joint names and joint limits come from the node's params file (default
-config/demo.yaml), so the node and the robot agree:
+config/demo.yaml; 8 joints: the Panda's 7 arm joints, then its finger width), so the node
+and the robot agree:
     oxygen sim --params config/demo.yaml            # then, in another terminal:
     oxygen_node --ros-args --params-file config/demo.yaml -p autostart:=true
 Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS node.
 """
 import argparse
 import signal
+import sys
 import threading
+
+
+def _rates(text: str) -> list[float]:
+    """"15" (every camera) or "10,5,5" (one per camera, in camera_topics order)."""
+    return [float(v) for v in text.split(",") if v.strip()]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", metavar="YAML", help="the node's params file (default: config/demo.yaml)")
     p.add_argument("--joints", help="comma-separated joint names instead of the params file's "
-                                    "(limits -1..1 each)")
+                                    "(8: the Panda's 7 arm joints, then the finger width; "
+                                    "limits -1..1 each, within the Panda's)")
     p.add_argument("--namespace", default="/", help="the node's namespace (relative topics follow it)")
     p.add_argument("--image-size", type=int, default=160, help="camera images are SIZE x SIZE rgb8")
     p.add_argument("--compressed", choices=("jpeg", "png"), default="",
@@ -23,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(image_transport's name); topics the params file already takes compressed "
                         "get it without the suffix")
     p.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality, 1..100")
-    p.add_argument("--camera-hz", type=float, default=15.0, help="camera frame rate")
-    p.add_argument("--joint-hz", type=float, default=50.0, help="joint state rate")
+    p.add_argument("--camera-hz", type=_rates, default=[15.0], metavar="HZ[,HZ...]",
+                   help="camera frame rate: one for every camera, or one per camera (camera_topics order)")
+    p.add_argument("--joint-hz", type=float, default=100.0,
+                   help="joint state rate (at most --control-hz: they go out from the control update)")
     p.add_argument("--control-hz", type=float, default=100.0,
                    help="trajectory controller update rate (and simulation step)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
@@ -58,17 +68,24 @@ def run(args: argparse.Namespace) -> int:
     node = rclpy.create_node("oxygen_sim", namespace=args.namespace)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
+    robot = None
     try:
-        robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
-                         args.compressed, args.jpeg_quality, args.control_hz)
-        cams = ", ".join(p.topic_name + (f" {fmt}" if fmt else "") for p, _, fmt in robot.cameras)
-        print(f"sim: {len(robot.cameras)} cameras ({cams}) {args.image_size}x{args.image_size} at "
-              f"{args.camera_hz:g} Hz, {len(robot.world.names)} joints on {robot.joint_pub.topic_name} at "
+        try:
+            robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
+                             args.compressed, args.jpeg_quality, args.control_hz)
+        except (ValueError, RuntimeError) as e:   # wrong joint count, rates, no GL: say why
+            print(f"sim: cannot start: {e}", file=sys.stderr, flush=True)
+            return 2
+        cams = ", ".join(p.topic_name + (f" {fmt}" if fmt else "") + f" {hz:g} Hz"
+                         for (p, _, fmt), hz in zip(robot.cameras, robot.camera_hz))
+        print(f"sim: MuJoCo Panda, {len(robot.cameras)} cameras ({cams}) {args.image_size}x{args.image_size}, "
+              f"{len(robot.world.names)} joints on {robot.joint_pub.topic_name} at "
               f"{args.joint_hz:g} Hz; following chunks; Ctrl-C to stop", flush=True)
 
         def status(elapsed_s: float) -> None:
-            print(f"sim: {elapsed_s:5.0f} s, {robot.chunks} chunks followed, gripper "
-                  f"{'holds' if robot.world.held is not None else 'does not hold'} the cube", flush=True)
+            cube = ", ".join(f"{v:.2f}" for v in robot.world.cube_position())
+            print(f"sim: {elapsed_s:5.0f} s, {robot.chunks} chunks followed, cube at ({cube}) m, "
+                  f"frames {robot.frames}", flush=True)
         spin_until_stopped(executor, stop, args.duration, None if args.quiet else status)
         print(f"sim: stopped after {robot.chunks} chunks", flush=True)
         s = robot.summary()
@@ -76,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
               f"max {s['position_max']:.4f} p95 {s['position_p95']:.4f} rad, velocity jump max "
               f"{s['velocity_max']:.3f} p95 {s['velocity_p95']:.3f} rad/s", flush=True)
     finally:
+        if robot is not None:
+            robot.close()
         executor.shutdown(timeout_sec=1.0)
         node.destroy_node()
         rclpy.try_shutdown()

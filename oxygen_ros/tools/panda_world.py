@@ -1,7 +1,8 @@
-"""A simulated Franka Panda on a table (MuJoCo), with SimWorld's interface (ROS-free).
+"""A simulated Franka Panda on a table (MuJoCo), the world `oxygen sim` runs (ROS-free).
 
-`PandaWorld` can stand in for tools/sim_world.SimWorld: `names`, `q`, `lower`, `upper`,
-`command(positions)`, `step(dt)`, `render(view, size)`, all in real Panda units (7 arm
+`PandaWorld`'s interface (what tools/sim_robot.py uses; test/fake_world.py fakes it):
+`names`, `q`, `lower`, `upper`, `command(positions)`, `step(dt)`, `render(view, size)`,
+`velocities()`, `cube_position()`, `close()`, all in real Panda units (7 arm
 joint angles in rad, then the finger width in m; see tools/panda_scene.py for the joint
 conventions and the mapping onto the Kitchen model). Commands are position targets for
 the model's position actuators; `step` advances the physics at 500 Hz.

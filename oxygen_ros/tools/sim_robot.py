@@ -1,29 +1,45 @@
-"""The simulated robot as a ROS 2 node: SimWorld's cameras and joint states out, chunks in.
+"""The simulated robot as a ROS 2 node: the MuJoCo Panda's (tools/panda_world.py) cameras
+and joint states out, chunks in.
 
 Publishes sensor_msgs/Image (rgb8) on the camera topics, or sensor_msgs/CompressedImage
 (JPEG or PNG) on those the node takes compressed (camera_transports, or a name ending in
 /compressed) and, with `compressed`, on <topic>/compressed for every camera (image_transport's
-name); and sensor_msgs/JointState on
-the joint state topic with the node's sensor QoS (best effort, keep last). Every
+name); each camera renders on its own timer at its own rate (`camera_hz`: one rate for all,
+or one per camera). It publishes sensor_msgs/JointState on the joint state topic (positions
+and velocities from the physics, at `joint_hz`: sent from the control update, so at most
+`control_hz`), with the node's sensor QoS (best effort, keep last). Every
 trajectory_msgs/JointTrajectory it receives (reliable) goes to a TrajectoryExecutor, which
 accepts or rejects it as a Jazzy joint_trajectory_controller would (header stamp honoured,
-points already past skipped); a control timer samples it on the ROS clock and commands the
-world, so the loop through oxygen_node is closed. `executor.jumps` records every chunk
+points already past skipped); a control timer (100 Hz) samples it on the ROS clock, sets the
+position actuators' targets and advances the physics by the elapsed time (500 Hz substeps),
+so the loop through oxygen_node is closed. `executor.jumps` records every chunk
 boundary; `summary()` sums them up. The topic names, joint names and limits are the node's
-(from its params file).
+(from its params file): 8 of them, the Panda's 7 arm joints and its finger width. `world`
+replaces the Panda (a test passes a fast fake); close() closes it (its renderers).
 """
 from __future__ import annotations
 
-from .sim_world import SimWorld
 from .trajectory_executor import TrajectoryExecutor, TrajectoryRejected, jump_stats
 
 VIEW_OF_SLOT = ("base", "left_wrist", "right_wrist")   # camera_topics order = the model's slots
+PANDA_JOINTS = "panda_joint1..panda_joint7, panda_finger_width"
+
+
+def panda_world(params: dict):
+    """The MuJoCo Panda for the params' joints, or a ValueError that says what it takes."""
+    names = list(params["joint_names"])
+    if len(names) != 8:
+        raise ValueError(f"the simulated Panda has 8 joints ({PANDA_JOINTS}, in that order); "
+                         f"got {len(names)} joint names: {names}")
+    from .panda_world import PandaWorld     # imports mujoco: only when the Panda is used
+
+    return PandaWorld(names, params["joint_lower_limits"], params["joint_upper_limits"])
 
 
 class SimRobot:
-    def __init__(self, node, params: dict, image_size: int = 160, camera_hz: float = 15.0,
-                 joint_hz: float = 50.0, compressed: str = "", jpeg_quality: int = 90,
-                 control_hz: float = 100.0):
+    def __init__(self, node, params: dict, image_size: int = 160, camera_hz=15.0,
+                 joint_hz: float = 100.0, compressed: str = "", jpeg_quality: int = 90,
+                 control_hz: float = 100.0, world=None):
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
@@ -31,7 +47,7 @@ class SimRobot:
         from ..node.cameras import compressed_topic, transport_of
 
         self.node = node
-        self.world = SimWorld(params["joint_names"], params["joint_lower_limits"], params["joint_upper_limits"])
+        self.world = world if world is not None else panda_world(params)
         self.executor = TrajectoryExecutor(self.world.names, self.world.q)
         self.size = image_size
         self._JointState = JointState
@@ -46,6 +62,12 @@ class SimRobot:
                 t = compressed_topic(t)
             pub = node.create_publisher(CompressedImage if fmt else Image, t, qos.SENSOR)
             self.cameras.append((pub, VIEW_OF_SLOT[i % 3], fmt))
+        rates = list(camera_hz) if isinstance(camera_hz, (list, tuple)) else [camera_hz]
+        if len(rates) == 1:
+            rates *= len(self.cameras)
+        if len(rates) != len(self.cameras) or min(rates, default=1.0) <= 0:
+            raise ValueError(f"camera rates {rates}: one positive rate, or one per camera ({len(self.cameras)})")
+        self.camera_hz = rates
         self.jpeg_quality = jpeg_quality
         self.joint_pub = node.create_publisher(JointState, params.get("joint_state_topic", "joint_states"),
                                                qos.SENSOR)
@@ -53,11 +75,16 @@ class SimRobot:
                                  self._on_trajectory, qos.CONTROL)
         self.chunks = 0         # trajectories accepted
         self.rejected = 0
-        self.frames = 0
+        self.frames = [0] * len(self.cameras)      # images published, per camera
         self._last = self._now()
+        self._joint_period = 1.0 / joint_hz
+        self._next_joint = self._last
+        self._joint_slack = 0.5 / control_hz        # a tick a little early still counts
+        # joint states go out from the control update (so at most control_hz): one callback
+        # less per tick matters when renders of ~20 ms share the executor
         node.create_timer(1.0 / control_hz, self._on_control_tick)
-        node.create_timer(1.0 / joint_hz, self._on_joint_tick)
-        node.create_timer(1.0 / camera_hz, self._on_camera_tick)
+        for i, hz in enumerate(rates):          # one timer each: a camera's rate is its own
+            node.create_timer(1.0 / hz, lambda i=i: self._on_camera_tick(i))
 
     def _now(self) -> float:
         return self.node.get_clock().now().nanoseconds / 1e9
@@ -82,9 +109,13 @@ class SimRobot:
         self.world.command(self.executor.sample(now)[0])
         self.world.step(max(0.0, now - self._last))     # a clock jumping back moves nothing
         self._last = now
+        if now >= self._next_joint - self._joint_slack:     # due (a late tick does not burst)
+            self._next_joint = max(self._next_joint + self._joint_period, now)
+            self._publish_joints()
 
-    def _on_joint_tick(self) -> None:
-        msg = self._JointState(name=self.world.names, position=self.world.q.tolist())
+    def _publish_joints(self) -> None:
+        msg = self._JointState(name=self.world.names, position=self.world.q.tolist(),
+                               velocity=self.world.velocities().tolist())
         msg.header.stamp = self.node.get_clock().now().to_msg()
         self.joint_pub.publish(msg)
 
@@ -92,14 +123,18 @@ class SimRobot:
         """jump_stats of the chunk boundaries so far, and how many trajectories were rejected."""
         return {**jump_stats(self.executor.jumps), "rejected": self.rejected}
 
-    def _on_camera_tick(self) -> None:
+    def _on_camera_tick(self, i: int) -> None:
         from ..node.convert import rgb_to_compressed, rgb_to_image
 
-        stamp = self.node.get_clock().now().to_msg()
-        for pub, view, fmt in self.cameras:
-            rgb = self.world.render(view, self.size)
-            msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
-            msg.header.stamp = stamp
-            msg.header.frame_id = f"{view}_camera"
-            pub.publish(msg)
-        self.frames += 1
+        pub, view, fmt = self.cameras[i]
+        stamp = self.node.get_clock().now().to_msg()    # the physics of the last control update
+        rgb = self.world.render(view, self.size)
+        msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
+        msg.header.stamp = stamp
+        msg.header.frame_id = f"{view}_camera"
+        pub.publish(msg)
+        self.frames[i] += 1
+
+    def close(self) -> None:
+        """Close the world (the Panda's renderers: an EGL context left to exit raises)."""
+        self.world.close()

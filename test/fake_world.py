@@ -1,4 +1,6 @@
-"""A tiny simulated robot: joints that track a commanded position, and a scene drawn with numpy.
+"""A TEST FAKE of tools/panda_world.PandaWorld: joints that track a commanded position,
+and a scene drawn with numpy, fast enough for unit tests (the product's one simulator is
+the MuJoCo Panda; pass this to SimRobot(world=...) only where a test must be quick).
 
 ROS-free. The world is a 2D side view: a table, a red cube and a blue bowl on it, and a
 planar arm whose first three joints are its shoulder, elbow and wrist; the end effector
@@ -24,7 +26,7 @@ BOWL = np.array([0.62, TABLE_Y])
 VIEWS = {"base": 1.0, "left_wrist": 3.0, "right_wrist": 2.5}
 
 
-class SimWorld:
+class FakeWorld:
     def __init__(self, names, lower, upper, speed: float = 1.5):
         self.names = list(names)
         self.lower = np.asarray(lower, dtype=float)
@@ -36,6 +38,7 @@ class SimWorld:
         self.q = np.clip(np.zeros(len(self.names)), self.lower, self.upper)
         self.speed = speed * (self.upper - self.lower)     # per second: `speed` ranges
         self.commanded = self.q.copy()                     # where the joints head
+        self.velocity = np.zeros_like(self.q)              # of the last step
         self.cube = np.array([0.25, TABLE_Y + CUBE_HALF])
         self.held = None                                   # cube offset from the gripper
 
@@ -50,8 +53,20 @@ class SimWorld:
 
     def step(self, dt: float) -> None:
         move = np.clip(self.commanded - self.q, -self.speed * dt, self.speed * dt)
-        self.q = np.clip(self.q + move, self.lower, self.upper)
+        q = np.clip(self.q + move, self.lower, self.upper)
+        self.velocity = (q - self.q) / dt if dt > 0 else np.zeros_like(q)
+        self.q = q
         self._update_cube()
+
+    def velocities(self) -> np.ndarray:
+        return self.velocity.copy()
+
+    def cube_position(self) -> np.ndarray:
+        """[x, 0, height]: PandaWorld's frame with the side view's plane at y = 0."""
+        return np.array([self.cube[0], 0.0, self.cube[1]])
+
+    def close(self) -> None:
+        """Nothing to release (PandaWorld closes its renderers)."""
 
     # -- kinematics ----------------------------------------------------------------------
     def arm_points(self) -> np.ndarray:
