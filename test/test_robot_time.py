@@ -105,3 +105,16 @@ def test_rtc_planner_first_chunk_gap_delay_and_clamp():
     assert guide is None and "input gap" in note and planner.plain_chunks == 2
     planner.reset()
     assert planner.guide(5.3, [0.0, 0.0])[0] is None        # activation forgets the chunk
+
+
+def test_an_arm_that_runs_out_of_chunks_is_warned_once_with_the_gap():
+    """10 points at 20 Hz: the last is due 0.45 s after the observation; at a 0.4 s period
+    and 0.2 s latency the next chunk lands at 0.6 s: the arm waits 150 ms."""
+    rt = robot_time(period_s=0.4)
+    for _ in range(7):
+        rt.chunk_sent(plan_chunk(np.zeros((10, 2)), 0.0, 0.05, now_s=0.2), np.zeros((10, 2)), latency_s=0.2)
+    lines = [rt.frame_done(0.3) for _ in range(8)]
+    warned = [line for line in lines if line]
+    assert len(warned) == 1 and "runs out of each chunk 150 ms before" in warned[0], lines
+    assert "the arm waits 150 ms between chunks" in rt.diagnostics()["problems"]
+    assert robot_time(period_s=0.1).starved_s() is None          # not measured yet

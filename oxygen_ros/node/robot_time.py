@@ -81,6 +81,7 @@ class RobotTime:
         self.clock_jumps = 0
         self.stamps_off_clock = 0      # observations whose stamp is not on the node's clock
         self.rate_warned = False
+        self.starve_warned = False
         self.last_problem, self._problem_at = "", -1e9
         self.rtc_note = ""
 
@@ -148,10 +149,29 @@ class RobotTime:
         self.rtc.published(planned.stamp_s, positions, latency_s)
         return ""
 
+    def starved_s(self) -> float | None:
+        """How long the arm waits between chunks (s): a chunk's last point is due at
+        (points - 1) / rate after its observation, the next chunk arrives a period plus its
+        latency after that observation. None before the rate check has measured; 0 when
+        chunks overlap."""
+        if not self.rate.measured or not self.latencies_ms:
+            return None
+        period = self.period_s if self.replanning == "rate" else self.rate.frame_s
+        latency = float(np.median(self.latencies_ms)) / 1e3
+        return max(0.0, period + latency - (self.chunk_span_s - self.action_dt))
+
     def frame_done(self, frame_s: float) -> str:
         """Feed the rate check a whole frame's time; a warning line the first time the
-        measured frames show that the replanning rate cannot be held."""
+        measured frames show that the replanning rate cannot be held, or that the arm runs
+        out of each chunk before the next one lands."""
         self.rate.observe(frame_s)
+        starved = self.starved_s()
+        if starved and not self.starve_warned:
+            self.starve_warned = True
+            return (f"the arm runs out of each chunk {starved * 1e3:.0f} ms before the next one lands "
+                    f"(chunk {self.chunk_span_s * 1e3:.0f} ms < period {self.period_s * 1e3:.0f} ms + "
+                    f"latency {np.median(self.latencies_ms):.0f} ms): raise control_rate_hz or chunk_points, "
+                    "or check action_rate_hz")
         if self.replanning != "rate" or self.rate.holds is not False:
             if self.rate.holds:
                 self.rate_warned = False
@@ -170,6 +190,9 @@ class RobotTime:
         lat = sorted(self.latencies_ms)
         hz = self.rate.holdable_hz
         problems = list(self.configure_warnings)
+        starved = self.starved_s()
+        if starved:
+            problems.append(f"the arm waits {starved * 1e3:.0f} ms between chunks")
         if self.rate.holds is False and self.replanning == "rate":
             problems.append(f"control_rate_hz {1 / self.period_s:g} not held (about {hz:.2f} Hz)")
         if self.last_problem and time.monotonic() - self._problem_at <= PROBLEM_HOLD_S:
@@ -184,6 +207,7 @@ class RobotTime:
                 "points_dropped": self.points_dropped, "chunks_expired": self.chunks_expired,
                 "clock_jumps_at_publish": self.clock_jumps, "stamps_off_clock": self.stamps_off_clock,
                 "rate_holdable_hz": hz if hz is not None else "measuring",
+                "arm_waits_between_chunks_ms": starved * 1e3 if starved is not None else "measuring",
                 "rtc_mode": self.rtc.config.mode, "rtc_delay_steps": self.rtc.last_delay,
                 "rtc_plain_chunks": self.rtc.plain_chunks, "rtc_delays_clamped": self.rtc.clamped,
                 "rtc_last_note": self.rtc_note or "none",
