@@ -136,12 +136,16 @@ class PolicyIO:
             stats = {k: v[: self.action_dims] for k, v in self.action_stats.items()}
             out = unnormalize(y[:, : self.action_dims], stats, mode, "lerobot", eps)
         if self.delta_action_mask:
-            raw = _vector(state)
-            if raw.shape[0] < len(self.delta_action_mask):
-                raise PolicyIOError(f"delta_action_mask covers {len(self.delta_action_mask)} dims "
-                                    f"but the state has {raw.shape[0]}")
-            out = to_absolute(out, raw, self.delta_action_mask)
+            out = to_absolute(out, self._delta_state(state), self.delta_action_mask)
         return np.asarray(out, dtype=np.float64)
+
+    def _delta_state(self, state) -> np.ndarray:
+        """The raw state delta actions are relative to, checked against the mask."""
+        raw = _vector(state)
+        if raw.shape[0] < len(self.delta_action_mask):
+            raise PolicyIOError(f"delta_action_mask covers {len(self.delta_action_mask)} dims "
+                                f"but the state has {raw.shape[0]}")
+        return raw
 
     def model_actions(self, robot_actions, state=None) -> np.ndarray:
         """The inverse of actions() on the first action_dims dims: robot actions
@@ -158,11 +162,7 @@ class PolicyIO:
                                 f"{x.dtype} shape {x.shape}")
         x = np.array(x[:, : self.action_dims], np.float64)
         if self.delta_action_mask:
-            raw = _vector(state)
-            if raw.shape[0] < len(self.delta_action_mask):
-                raise PolicyIOError(f"delta_action_mask covers {len(self.delta_action_mask)} dims "
-                                    f"but the state has {raw.shape[0]}")
-            x = to_delta(x, raw, self.delta_action_mask)
+            x = to_delta(x, self._delta_state(state), self.delta_action_mask)
         mode, eps = self.normalization, self.eps.get("actions", LEROBOT_EPS)
         width = _width(self.action_stats, mode)
         if mode == "none" or width >= self.action_dims:
