@@ -80,6 +80,7 @@ class RunData:
     requests: list          # Request, in order of first chunk
     loop_diagnostics: dict  # the last "control loop" status values from /diagnostics
     topics: dict            # topic -> (type, message count)
+    replayed: tuple | None = None   # boundary_jumps() of this run, computed once
 
 
 def _stamp(msg) -> float:
@@ -167,15 +168,19 @@ def _optional(msg, name: str) -> float | None:
     return None if value is None else float(value)
 
 
-def boundary_jumps(data: RunData, rate_hz: float = 100.0) -> tuple[list, list]:
+def boundary_jumps(data: RunData) -> tuple[list, list]:
     """(BoundaryJump per trajectory switch, rejection reasons): the recorded trajectories
-    replayed through the controller-like executor at the times they were received."""
+    replayed through the controller-like executor at the times they were received, once
+    per RunData (the summary and the timeline both use them)."""
     from .trajectory_executor import replay
 
-    if not data.trajectories:
-        return [], []
-    _, names, _, _, positions, _ = data.trajectories[0]
-    return replay(data.trajectories, names, positions[0] if positions else [0.0] * len(names), rate_hz)
+    if data.replayed is None:
+        if not data.trajectories:
+            data.replayed = ([], [])
+        else:
+            _, names, _, _, positions, _ = data.trajectories[0]
+            data.replayed = replay(data.trajectories, names, positions[0] if positions else [0.0] * len(names))
+    return data.replayed
 
 
 def robot_time_summary(data: RunData) -> dict:

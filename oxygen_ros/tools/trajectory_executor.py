@@ -182,14 +182,12 @@ def jump_stats(jumps) -> dict:
             "velocity_max": float(v.max()), "velocity_p95": float(np.percentile(v, 95))}
 
 
-def replay(messages, joint_names, initial_positions, rate_hz: float = 100.0):
+def replay(messages, joint_names, initial_positions):
     """Run a fresh executor over recorded trajectories. messages: (receive_time_s, names,
     stamp_s, times_from_start, positions, velocities_or_None) in time order (a bag's log
-    time as the receive time). Returns (jumps, rejection reasons).
-
-    rate_hz is the controller's update rate. The executor's command is a pure function of
-    time, evaluated exactly at each receive time, so no updates need to run in between and
-    the result does not depend on rate_hz; it stays in the signature for callers."""
+    time as the receive time). Returns (jumps, rejection reasons). The command is a pure
+    function of time, evaluated exactly at each receive time, so no controller updates
+    need to run in between."""
     executor = TrajectoryExecutor(joint_names, initial_positions)
     rejections = []
     for received, names, stamp_s, times, positions, velocities in messages:
