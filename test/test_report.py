@@ -124,6 +124,7 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     assert rt["chunk_latency_ms"]["p50"] == pytest.approx(49.5) and rt["chunk_latency_ms"]["max"] == 59.0
     assert rt["chunk_in_frame_ms"]["p50"] == 31.0 and rt["points_dropped"] == 10
     assert rt["rtc_guided_frames"] == 19 and rt["trajectories_rejected"] == 0
+    assert rt["arm"] is None      # no joint states recorded
     # boundary jumps, replayed at the log times (stamp + 1 ms): chunk i replaces chunk i-1
     # whose points all hold 0.01 (i-1): the new plan is 0.01 away at its first point; the
     # old command is at rest, the new one runs from there to the first point, 99 ms ahead:

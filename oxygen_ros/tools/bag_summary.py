@@ -12,7 +12,10 @@ messages' header stamps (the node's clock):
 - robot time: FrameTiming's chunk_latency_ms (observation to the trajectory's
   publication) and chunk_ms (where in its frame the chunk left); the boundary jumps come
   from replaying the recorded trajectories, at the times the recorder received them,
-  through the joint_trajectory_controller-like executor (tools/trajectory_executor.py).
+  through the joint_trajectory_controller-like executor (tools/trajectory_executor.py);
+- the arm: with joint states in the bag (`oxygen record --cameras`, `oxygen demo`), the
+  tracking error and the switches scored on the measured joints beside the commanded
+  ones (tools/arm_motion.py).
 ROS-free: rosbags + numpy.
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 TIMING = "oxygen_msgs/msg/FrameTiming"
 TEXT = "oxygen_msgs/msg/TextChunk"
 DIAGNOSTICS = "diagnostic_msgs/msg/DiagnosticArray"
+JOINT_STATE = "sensor_msgs/msg/JointState"
 # FrameTiming's phase fields (<phase>_ms). The engine's own PHASES (engine/frame.py) also
 # has "vision", which FrameTiming counts in prefill_ms.
 TIMING_PHASES = ("prefill", "action", "admit", "decode")
@@ -80,7 +84,9 @@ class RunData:
     requests: list          # Request, in order of first chunk
     loop_diagnostics: dict  # the last "control loop" status values from /diagnostics
     topics: dict            # topic -> (type, message count)
+    joint_states: list = field(default_factory=list)   # (stamp s, names, positions, velocities)
     replayed: tuple | None = None   # boundary_jumps() of this run, computed once
+    arm: object = None              # arm_track(): False once known to be absent
 
 
 def _stamp(msg) -> float:
@@ -119,9 +125,10 @@ def read_bag(path: str | Path) -> RunData:
     from rosbags.rosbag2 import Reader
 
     path = bag_dir(path)
-    chunks, trajectories, frames, requests, diag = [], [], [], {}, {}
+    chunks, trajectories, frames, requests, diag, states = [], [], [], {}, {}, []
     with Reader(path) as reader:
-        wanted = [c for c in reader.connections if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS)]
+        wanted = [c for c in reader.connections
+                  if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS, JOINT_STATE)]
         store = _typestore_for(wanted)
         topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
         for conn, log_ns, raw in reader.messages(connections=wanted):
@@ -143,6 +150,8 @@ def read_bag(path: str | Path) -> RunData:
                                     _optional(msg, "chunk_ms"), _optional(msg, "chunk_latency_ms"),
                                     int(getattr(msg, "points_dropped", 0)),
                                     int(getattr(msg, "rtc_delay_steps", 0))))
+            elif conn.msgtype == JOINT_STATE:
+                states.append((_stamp(msg), list(msg.name), list(msg.position), list(msg.velocity)))
             elif conn.msgtype == TEXT:
                 key = (msg.stream, int(msg.request_id))
                 if key not in requests:
@@ -159,7 +168,7 @@ def read_bag(path: str | Path) -> RunData:
     reqs = sorted(requests.values(), key=lambda r: min(c[0] for c in r.chunks))
     for r in reqs:
         r.chunks.sort(key=lambda c: (c[0], c[2]))
-    return RunData(str(path), chunks, trajectories, frames, reqs, diag, topics)
+    return RunData(str(path), chunks, trajectories, frames, reqs, diag, topics, states)
 
 
 def _optional(msg, name: str) -> float | None:
@@ -183,6 +192,15 @@ def boundary_jumps(data: RunData) -> tuple[list, list]:
     return data.replayed
 
 
+def arm_track(data: RunData):
+    """The run's tools/arm_motion.ArmTrack (None without joint states), computed once."""
+    from .arm_motion import track
+
+    if data.arm is None:
+        data.arm = track(data.trajectories, data.joint_states) or False
+    return data.arm or None
+
+
 def robot_time_summary(data: RunData) -> dict:
     from .trajectory_executor import jump_stats
 
@@ -198,6 +216,7 @@ def robot_time_summary(data: RunData) -> dict:
         "boundary_jumps": jump_stats(jumps),
         "trajectories_rejected": len(rejected),
         "rejections": sorted(set(rejected))[:5],
+        "arm": arm.summary() if (arm := arm_track(data)) else None,
     }
 
 
@@ -395,6 +414,18 @@ def format_summary(s: dict) -> str:
             f"{f(j['velocity_max'], '{:.3f}')} p95 {f(j['velocity_p95'], '{:.3f}')} rad/s"
             + (f"; {rt['trajectories_rejected']} trajectories REJECTED by the controller"
                if rt["trajectories_rejected"] else ""))
+        arm = rt.get("arm")
+        if arm:
+            te, sw = arm["tracking_error"], arm["switches"]
+            lines.append(
+                f"arm ({arm['joint_states']} joint states): tracking error rms {f(te['rms'], '{:.4f}')} max "
+                f"{f(te['max'], '{:.4f}')}; at {sw['actual']['count']} switches, velocity change max/p95 "
+                f"commanded {f(sw['commanded']['velocity_change_max'], '{:.3f}')}/"
+                f"{f(sw['commanded']['velocity_change_p95'], '{:.3f}')} vs actual "
+                f"{f(sw['actual']['velocity_change_max'], '{:.3f}')}/{f(sw['actual']['velocity_change_p95'], '{:.3f}')}"
+                f", course deviation commanded {f(sw['commanded']['course_deviation_max'], '{:.4f}')}/"
+                f"{f(sw['commanded']['course_deviation_p95'], '{:.4f}')} vs actual "
+                f"{f(sw['actual']['course_deviation_max'], '{:.4f}')}/{f(sw['actual']['course_deviation_p95'], '{:.4f}')}")
     for stream, b in lang["by_stream"].items():
         lines.append(f"  {stream}: {b['done']}/{b['requests']} done; first token {f(b['seconds_to_first_token_mean'], '{:.2f}')} s, "
                      f"done {f(b['seconds_to_done_mean'], '{:.2f}')} s ({f(b['frames_to_done_mean'])} frames), "

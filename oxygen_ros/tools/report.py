@@ -11,7 +11,8 @@ Four panels on one time axis (seconds since the run started):
    action chunk come first, a black tick marks where the chunk was published, language
    decoding fills the rest of the frame;
 3. the boundary jumps at every trajectory switch (commanded position and velocity,
-   tools/trajectory_executor.py);
+   tools/trajectory_executor.py) and, with joint states in the bag, the velocity change
+   the switch made on the measured joints (tools/arm_motion.py);
 4. every language request as a horizontal bar from its first to its last TextChunk,
    colored by stream (narration, memory, answer), with a thin line from the start of
    the frame that admitted it; answers are labelled with their text.
@@ -21,8 +22,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .bag_summary import (TIMING_PHASES, FrameLookup, RunData, boundary_jumps, read_bag, request_timeline,
-                          summarize, time_origin)
+from .bag_summary import (TIMING_PHASES, FrameLookup, RunData, arm_track, boundary_jumps, read_bag,
+                          request_timeline, summarize, time_origin)
 
 PHASE_COLORS = {"prefill": "#4C72B0", "action": "#DD8452", "admit": "#8172B3", "decode": "#55A868"}
 STREAM_COLORS = {"narration": "#1f77b4", "memory": "#2ca02c", "answer": "#d62728"}
@@ -118,14 +119,24 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
         ax_v = ax_j.twinx()
         ax_v.scatter([j.time - t0 for j in jumps], [j.velocity_jump for j in jumps], s=10, marker="x",
                      color="#C44E52", label="velocity jump (rad/s)")
+        arm = arm_track(data)
+        if arm:
+            actual = arm.scores("actual")
+            ax_v.scatter([a[0] - t0 for a in actual], [a[1] for a in actual], s=14, marker="o",
+                         facecolors="none", edgecolors="#8C564B",
+                         label=f"actual velocity change, {arm.summary()['window_s']:g} s window (rad/s)")
         ax_v.set_ylabel("velocity\n(rad/s)")
         ax_v.set_ylim(bottom=0)
         handles = ax_j.get_legend_handles_labels()[0] + ax_v.get_legend_handles_labels()[0]
         ax_j.legend(handles=handles, **{**LEGEND, "bbox_to_anchor": (1.05, 1.0)})
     bj = summary.get("robot_time", {}).get("boundary_jumps", {})
+    arm = summary.get("robot_time", {}).get("arm")
+    tracking = (f"; arm tracking error rms {arm['tracking_error']['rms']:.4f}, actual velocity change max "
+                f"{arm['switches']['actual']['velocity_change_max']:.3f} rad/s"
+                if arm and arm["tracking_error"]["rms"] is not None else "")
     ax_j.set_title(f"boundary jumps at {bj.get('count', 0)} trajectory switches (commanded): position max "
-                   f"{bj.get('position_max') or 0:.4f} rad, velocity max {bj.get('velocity_max') or 0:.3f} rad/s",
-                   loc="left", fontsize=10)
+                   f"{bj.get('position_max') or 0:.4f} rad, velocity max {bj.get('velocity_max') or 0:.3f} rad/s"
+                   + tracking, loc="left", fontsize=10)
     ax_j.set_ylabel("position\n(rad)")
     ax_j.set_ylim(bottom=0)
 
