@@ -16,7 +16,9 @@ engine's act() (its chunk latency is the real compute time of this machine), the
 I/O and the joint envelope, node/chunk_plan.py's stamping, dropping and velocities; the
 trajectory reaches the executor at observation time + latency, and the world runs on to
 the next replanning tick on a virtual clock. Prints, per mode, the boundary jumps at the
-chunk switches, the chunk latency, the action phase and RTC's delay; --out writes JSON.
+chunk switches (the plan's jumps, then the same switches scored on the commanded and on
+the measured joints, tools/arm_motion.py), the tracking error, the chunk latency, the
+action phase and RTC's delay; --out writes JSON.
 """
 import argparse
 import json
@@ -38,6 +40,7 @@ from oxygen_ros.node.rtc_planner import RTCPlanner
 from oxygen_ros.tools.params_files import config_file, params_from_file
 from oxygen_ros.tools.sim_robot import VIEW_OF_SLOT
 from oxygen_ros.tools.panda_world import PandaWorld
+from oxygen_ros.tools.arm_motion import score_stats, switch_scores
 from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor, jump_stats
 
 CONTROL_HZ = 100.0      # the simulated controller's update rate
@@ -56,13 +59,28 @@ class Arm:
         self.t = 0.0
         self.warm_jumps = 0
         self.latency_ms, self.action_ms, self.delays = [], [], []
+        self.samples = []       # per control update: t, commanded q, v, then measured q, v
 
     def run_until(self, t_end: float) -> None:
         dt = 1.0 / CONTROL_HZ
         while self.t + dt <= t_end + 1e-9:
             self.t += dt
-            self.world.command(self.executor.sample(self.t)[0])
+            q_cmd, v_cmd = self.executor.sample(self.t)
+            self.world.command(q_cmd)
             self.world.step(dt)
+            self.samples.append((self.t, q_cmd, v_cmd, self.world.q, self.world.velocities()))
+
+    def arm_motion(self) -> dict:
+        """The measured switches (after warm-up) scored on the commanded and on the actual
+        joints (tools/arm_motion.py), and the tracking error from the first of them on."""
+        switches = [j.time for j in self.executor.jumps[self.warm_jumps:]]
+        t = np.array([s[0] for s in self.samples])
+        q_cmd, v_cmd, q, v = (np.array([s[i] for s in self.samples]) for i in (1, 2, 3, 4))
+        error = (q_cmd - q)[t >= switches[0]] if switches else np.zeros((0, q.shape[1]))
+        cmd, act = (score_stats(switch_scores(t, a, b, switches)) for a, b in ((q_cmd, v_cmd), (q, v)))
+        return {"tracking_rms": float(np.sqrt(np.mean(error ** 2))) if error.size else float("nan"),
+                **{f"commanded_{k}": x for k, x in cmd.items() if k != "count"},
+                **{f"actual_{k}": x for k, x in act.items() if k != "count"}}
 
 
 def frame(arm: Arm, engine, policy, joints, p, slots, size, rate, noise, measure: bool) -> None:
@@ -135,7 +153,7 @@ def main() -> int:
         jumps = arm.executor.jumps[arm.warm_jumps:]
         rows[mode] = {**jump_stats(jumps), "chunk_latency_ms_median": statistics.median(arm.latency_ms),
                       "action_ms_median": statistics.median(arm.action_ms),
-                      "rtc_delay_steps_mean": float(np.mean(arm.delays))}
+                      "rtc_delay_steps_mean": float(np.mean(arm.delays)), **arm.arm_motion()}
     off, on = rows["off"], rows["guided"]
     # RTC's condition d <= s <= H - d (paper): the robot must still be executing the previous
     # chunk when the new one lands, and what it executes meanwhile must fit in the new one
@@ -146,6 +164,14 @@ def main() -> int:
     print(f"{'':28}{'RTC off':>12}{'RTC guided':>12}{'on/off':>9}")
     for key, label in [("position_max", "position jump max (rad)"), ("position_p95", "position jump p95 (rad)"),
                        ("velocity_max", "velocity jump max (rad/s)"), ("velocity_p95", "velocity jump p95 (rad/s)"),
+                       ("commanded_velocity_change_max", "cmd vel change max (rad/s)"),
+                       ("actual_velocity_change_max", "actual vel change max"),
+                       ("commanded_velocity_change_p95", "cmd vel change p95"),
+                       ("actual_velocity_change_p95", "actual vel change p95"),
+                       ("commanded_course_deviation_max", "cmd course dev max (rad)"),
+                       ("actual_course_deviation_max", "actual course dev max"),
+                       ("actual_course_deviation_p95", "actual course dev p95"),
+                       ("tracking_rms", "tracking error rms (rad)"),
                        ("chunk_latency_ms_median", "chunk latency p50 (ms)"), ("action_ms_median", "action phase p50 (ms)"),
                        ("rtc_delay_steps_mean", "RTC delay d (steps, mean)"), ("count", "switches measured")]:
         ratio = on[key] / off[key] if off[key] else float("nan")
@@ -167,7 +193,9 @@ def _run_rounds(arms, schedule, engine, policy, joints, full, slots, size, rate,
             for _ in range(n):
                 frame(arm, engine, policy, joints, full, slots, size, rate, noises[f[mode]], measure=r is not None)
                 f[mode] += 1
-                arm.run_until(math.ceil(arm.t / period - 1e-9) * period)     # on to the next tick
+                # on to the next tick after the one just run (a chunk faster than one control
+                # update leaves arm.t on this tick: it must not be run again)
+                arm.run_until((math.floor(arm.t / period + 1e-9) + 1) * period)
             if r is None:
                 arm.warm_jumps = len(arm.executor.jumps)        # switches from now on are measured
             print(f"  round {r if r is not None else 'warm-up'} {mode}: {len(arm.executor.jumps)} switches",

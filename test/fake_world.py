@@ -16,6 +16,8 @@ up close, "right_wrist" at the cube.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 TABLE_Y = 0.4
@@ -98,8 +100,16 @@ class FakeWorld:
             self.cube[1] = TABLE_Y + CUBE_HALF     # dropped: back on the table
 
     # -- rendering -----------------------------------------------------------------------
-    def render(self, view: str = "base", size: int = 160) -> np.ndarray:
-        """An RGB uint8 image [size, size, 3] of the scene from a camera."""
+    def snapshot(self) -> "FakeWorld":
+        """A copy of the world as it is now, for render(state=...)."""
+        twin = copy.copy(self)
+        twin.q, twin.cube = self.q.copy(), self.cube.copy()
+        return twin
+
+    def render(self, view: str = "base", size: int = 160, state: "FakeWorld | None" = None) -> np.ndarray:
+        """An RGB uint8 image [size, size, 3] of the scene (or of a snapshot) from a camera."""
+        if state is not None:
+            return state.render(view, size)
         zoom = VIEWS[view]
         arm = self.arm_points()
         center = {"base": np.array([0.0, 0.8]), "left_wrist": arm[-1],

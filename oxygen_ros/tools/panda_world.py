@@ -1,7 +1,8 @@
 """A simulated Franka Panda on a table (MuJoCo), the world `oxygen sim` runs (ROS-free).
 
 `PandaWorld`'s interface (what tools/sim_robot.py uses; test/fake_world.py fakes it):
-`names`, `q`, `lower`, `upper`, `command(positions)`, `step(dt)`, `render(view, size)`,
+`names`, `q`, `lower`, `upper`, `command(positions)`, `step(dt)`, `snapshot()`,
+`render(view, size, state)`,
 `velocities()`, `cube_position()`, `close()`, all in real Panda units (7 arm
 joint angles in rad, then the finger width in m; see tools/panda_scene.py for the joint
 conventions and the mapping onto the Kitchen model). Commands are position targets for
@@ -71,6 +72,7 @@ class PandaWorld:
         self._option.geomgroup[3] = 0
         self._option.sitegroup[:] = 0
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        self._view_data = None              # render(state=...)'s MjData
 
     # -- joints --------------------------------------------------------------------------
     @property
@@ -108,12 +110,27 @@ class PandaWorld:
         return self.data.xpos[self._cube].copy()
 
     # -- rendering -----------------------------------------------------------------------
-    def render(self, view: str = "base", size: int = 160) -> np.ndarray:
+    def snapshot(self) -> np.ndarray:
+        """What a camera needs of the current state (the positions), to render it later
+        (another thread, while the physics runs on)."""
+        return self.data.qpos.copy()
+
+    def render(self, view: str = "base", size: int = 160, state: np.ndarray | None = None) -> np.ndarray:
         """An RGB uint8 image [size, size, 3]: "base" the scene camera, "left_wrist" the
-        wrist camera, "right_wrist" the side view."""
+        wrist camera, "right_wrist" the side view; of `state` (a snapshot()) if given, else
+        of the live state. Renderers belong to the thread that first renders a size: render
+        and close() from that thread."""
         camera = ps.CAMERAS[view]
         renderer = self._renderer(size, size)
-        renderer.update_scene(self.data, camera=camera, scene_option=self._option)
+        data = self.data
+        if state is not None:       # the snapshot's poses, on a private MjData
+            if self._view_data is None:
+                self._view_data = mujoco.MjData(self.model)
+            data = self._view_data
+            data.qpos[:] = state
+            mujoco.mj_kinematics(self.model, data)
+            mujoco.mj_camlight(self.model, data)
+        renderer.update_scene(data, camera=camera, scene_option=self._option)
         return renderer.render().copy()
 
     def _renderer(self, height: int, width: int) -> "mujoco.Renderer":

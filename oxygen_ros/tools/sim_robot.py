@@ -4,8 +4,10 @@ and joint states out, chunks in.
 Publishes sensor_msgs/Image (rgb8) on the camera topics, or sensor_msgs/CompressedImage
 (JPEG or PNG) on those the node takes compressed (camera_transports, or a name ending in
 /compressed) and, with `compressed`, on <topic>/compressed for every camera (image_transport's
-name); each camera renders on its own timer at its own rate (`camera_hz`: one rate for all,
-or one per camera). It publishes sensor_msgs/JointState on the joint state topic (positions
+name); each camera renders at its own rate (`camera_hz`: one rate for all, or one per
+camera), in a camera thread: a render takes 10-25 ms on the CPU and in the executor it
+would delay the control updates. The thread renders a snapshot of the physics taken under
+the lock the control update steps it under, stamped when it was taken. It publishes sensor_msgs/JointState on the joint state topic (positions
 and velocities from the physics, at `joint_hz`: sent from the control update, so at most
 `control_hz`), with the node's sensor QoS (best effort, keep last). Every
 trajectory_msgs/JointTrajectory it receives (reliable) goes to a TrajectoryExecutor, which
@@ -18,6 +20,9 @@ boundary; `summary()` sums them up. The topic names, joint names and limits are 
 replaces the Panda (a test passes a fast fake); close() closes it (its renderers).
 """
 from __future__ import annotations
+
+import threading
+import time
 
 from .trajectory_executor import TrajectoryExecutor, TrajectoryRejected, jump_stats
 
@@ -82,9 +87,12 @@ class SimRobot:
         self._joint_slack = 0.5 / control_hz        # a tick a little early still counts
         # joint states go out from the control update (so at most control_hz): one callback
         # less per tick matters when renders of ~20 ms share the executor
+        self._lock = threading.Lock()           # the physics: stepped by the executor, read by the cameras
         node.create_timer(1.0 / control_hz, self._on_control_tick)
-        for i, hz in enumerate(rates):          # one timer each: a camera's rate is its own
-            node.create_timer(1.0 / hz, lambda i=i: self._on_camera_tick(i))
+        self._stop = threading.Event()
+        self._camera_thread = threading.Thread(target=self._camera_loop, name="sim cameras", daemon=True)
+        if self.cameras:
+            self._camera_thread.start()
 
     def _now(self) -> float:
         return self.node.get_clock().now().nanoseconds / 1e9
@@ -106,8 +114,9 @@ class SimRobot:
 
     def _on_control_tick(self) -> None:
         now = self._now()
-        self.world.command(self.executor.sample(now)[0])
-        self.world.step(max(0.0, now - self._last))     # a clock jumping back moves nothing
+        with self._lock:
+            self.world.command(self.executor.sample(now)[0])
+            self.world.step(max(0.0, now - self._last))     # a clock jumping back moves nothing
         self._last = now
         if now >= self._next_joint - self._joint_slack:     # due (a late tick does not burst)
             self._next_joint = max(self._next_joint + self._joint_period, now)
@@ -123,18 +132,38 @@ class SimRobot:
         """jump_stats of the chunk boundaries so far, and how many trajectories were rejected."""
         return {**jump_stats(self.executor.jumps), "rejected": self.rejected}
 
-    def _on_camera_tick(self, i: int) -> None:
+    def _camera_loop(self) -> None:
+        """Each camera when it is due (a late one goes next, without a burst to catch up);
+        the renderers live and are closed in this thread (EGL contexts are per thread)."""
         from ..node.convert import rgb_to_compressed, rgb_to_image
 
-        pub, view, fmt = self.cameras[i]
-        stamp = self.node.get_clock().now().to_msg()    # the physics of the last control update
-        rgb = self.world.render(view, self.size)
-        msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
-        msg.header.stamp = stamp
-        msg.header.frame_id = f"{view}_camera"
-        pub.publish(msg)
-        self.frames[i] += 1
+        periods = [1.0 / hz for hz in self.camera_hz]
+        due = [time.monotonic()] * len(periods)
+        try:
+            while True:
+                i = min(range(len(due)), key=due.__getitem__)
+                if self._stop.wait(max(0.0, due[i] - time.monotonic())):
+                    return
+                due[i] = max(due[i] + periods[i], time.monotonic())
+                pub, view, fmt = self.cameras[i]
+                with self._lock:
+                    state = self.world.snapshot()
+                    stamp = self.node.get_clock().now().to_msg()
+                rgb = self.world.render(view, self.size, state)
+                msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
+                msg.header.stamp = stamp
+                msg.header.frame_id = f"{view}_camera"
+                pub.publish(msg)
+                self.frames[i] += 1
+        except Exception as e:  # noqa: BLE001 - a render error must be seen, not end the cameras silently
+            self.node.get_logger().error(f"sim cameras stopped: {type(e).__name__}: {e}")
+        finally:
+            self.world.close()
 
     def close(self) -> None:
-        """Close the world (the Panda's renderers: an EGL context left to exit raises)."""
+        """Stop the cameras and close the world (the Panda's renderers: an EGL context left
+        to exit raises)."""
+        self._stop.set()
+        if self._camera_thread.is_alive():
+            self._camera_thread.join(timeout=5.0)
         self.world.close()
