@@ -103,7 +103,7 @@ def bag_dir(path: str | Path) -> Path:
     return p
 
 
-def _typestore_for(connections):
+def typestore_for(connections):
     """oxygen_msgs + Jazzy types, overridden by the .msg definitions stored in the bag
     (no hash check: a bag from another ROS build may hash its types differently)."""
     from rosbags.interfaces import MessageDefinitionFormat
@@ -129,7 +129,7 @@ def read_bag(path: str | Path) -> RunData:
     with Reader(path) as reader:
         wanted = [c for c in reader.connections
                   if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS, JOINT_STATE)]
-        store = _typestore_for(wanted)
+        store = typestore_for(wanted)
         topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
         for conn, log_ns, raw in reader.messages(connections=wanted):
             msg = store.deserialize_cdr(raw, conn.msgtype)
