@@ -162,10 +162,13 @@ def test_stale_and_bad_inputs_never_crash_or_stall_the_loop(start_node):
     assert r["ask_empty"]["success"] is False and r["ask_empty"]["error"] == "empty question"
     assert r["ask_long"]["success"] is False and "question too long" in r["ask_long"]["error"]
     assert r["ask_timeout"]["success"] is False and "timed out after 0.05 s" in r["ask_timeout"]["error"]
-    # max_concurrent_questions 4; the timed-out question may still be in flight
+    # max_concurrent_questions 4; the timed-out question may still be in flight, and on a
+    # loaded machine an answer can finish (freeing its place) before the 7th question
+    # arrives: the limit bites (some are refused, naming it), at least 3 are answered
+    # (QuestionBoard's exact count: test_node_helpers)
     answered = [ok for ok, _ in r["ask_many"] if ok]
     refused = [err for ok, err in r["ask_many"] if not ok]
-    assert 3 <= len(answered) <= 4 and len(refused) == 7 - len(answered), r["ask_many"]
+    assert len(answered) >= 3 and len(refused) >= 1 and len(answered) + len(refused) == 7, r["ask_many"]
     assert all("too many questions in flight" in err for err in refused), refused
 
     assert r["stale_chunks"] == 0
