@@ -4,8 +4,9 @@ Starts the simulated robot (`oxygen sim`: the MuJoCo Panda), oxygen_node with th
 config/demo.yaml: SmolLM2 on the CPU; autostart) and the recorder (`oxygen record`);
 prints the narration and memory lines as they finish, asks "what have you done?" half
 way through and prints the answer; then stops everything (node, robot, recorder, in
-that order, so the bag keeps the last messages), writes summary.json and timeline.png
-next to the bag and prints the timing summary and the output folder.
+that order, so the bag keeps the last messages), writes summary.json, timeline.png and
+demo.mp4 (the scene camera with the text as captions, and its still demo.png) next to
+the bag and prints the timing summary and the output folder.
 Every child runs in its own session and is stopped on exit, Ctrl-C or SIGTERM included.
 DDS stays on this machine (ROS_LOCALHOST_ONLY=1, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST)
 on a random ROS_DOMAIN_ID unless --domain-id is given.
@@ -39,8 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or the highest this machine holds, whichever is lower")
     p.add_argument("--compressed", choices=("jpeg", "png"), default="",
                    help="cameras as sensor_msgs/CompressedImage on <topic>/compressed (the node decodes them)")
-    p.add_argument("--record-cameras", action="store_true",
-                   help="the bag also holds the camera frames and joint states (for `oxygen play`)")
+    p.add_argument("--record-cameras", action=argparse.BooleanOptionalAction, default=True,
+                   help="the bag also holds the camera frames (5 Hz, JPEG) and joint states: for `oxygen "
+                        "play`, the arm's tracking in the report and the video (default: on)")
     p.add_argument("--camera-hz", type=float, default=0.0,
                    help="simulated camera rate (0: 3x the control rate, 5..10 Hz; the CPU runs the model too)")
 
@@ -264,6 +266,7 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
     if stop.is_set():
         return 130
     say(f"{mon.stamp()} first action chunk after {time.monotonic() - t0:.1f} s; running for {args.duration:g} s")
+    cpu_start = {c.name: c.cpu_s() for c in children.children.values()}, time.monotonic()
 
     # 2. the run: status lines, the question, then wait for its answer
     future, asked_at, answered = None, None, False
@@ -301,7 +304,20 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
         return 130
     if mon.elapsed() - (next_status - STATUS_EVERY_S) > 1.0:     # unless one was just printed
         say(mon.status_line())
+    say(_cpu_line(children, *cpu_start))
     return 0 if answered and mon.frames else 1
+
+
+def _cpu_line(children, cpu_start: dict, t_start: float) -> str:
+    """Each child's CPU share over the run, in % of one core."""
+    elapsed = time.monotonic() - t_start
+    shares = []
+    for c in children.children.values():
+        now, then = c.cpu_s(), cpu_start.get(c.name)
+        if now is not None and then is not None and elapsed > 0:
+            shares.append(f"{c.name} {100 * (now - then) / elapsed:.0f}%")
+    return (f"CPU over the run, % of one core ({os.cpu_count()} cores): {', '.join(shares)}" if shares
+            else "CPU over the run: not measured")
 
 
 def _report(out: Path, say) -> None:
@@ -323,3 +339,11 @@ def _report(out: Path, say) -> None:
     for line in format_summary(summary).splitlines():
         say("  " + line)
     say(f"wrote {out / 'summary.json'} and {out / 'timeline.png'}")
+    from oxygen_ros.tools.report_video import VideoError, write_video
+
+    try:
+        write_video(bag, out / "demo.mp4", log=say)
+    except VideoError as e:      # recorded without cameras
+        say(f"no video: {e}")
+    except Exception as e:  # noqa: BLE001 - the report stays; say why there is no video
+        say(f"video failed: {type(e).__name__}: {e}")

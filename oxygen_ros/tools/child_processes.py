@@ -28,6 +28,15 @@ class Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds the child has used so far (user + system, all its threads; Linux
+        /proc), None once it has gone."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime, stime
+
     def log_tail(self, chars: int = 3000) -> str:
         try:
             return self.log.read_text(errors="replace")[-chars:]
