@@ -1,6 +1,7 @@
 """Model configurations, the named profiles and the dtype spellings every loader accepts.
 
-One decoder config serves every backbone family (Gemma for pi0.5, Llama for SmolLM2);
+One decoder config serves every backbone family (Gemma for pi0.5, Llama for SmolLM2,
+Qwen3-VL's text model with its three-axis RoPE and DeepStack);
 the vision encoder and the action expert have their own small configs.
 """
 from __future__ import annotations
@@ -25,7 +26,73 @@ class DecoderConfig:
     rope_theta: float = 10000.0
     embed_scale: bool = True       # multiply token embeddings by sqrt(width) (Gemma)
     tie_embeddings: bool = True
-    qk_norm: bool = False
+    qk_norm: bool = False          # RMSNorm (style `norm`, eps `norm_eps`) over head_dim on q, k before RoPE
+    # Qwen3-VL's interleaved three-axis RoPE: how many of the head_dim/2 frequencies the
+    # (t, h, w) axes own (sums to head_dim/2). None: 1-D RoPE. Set, positions may be
+    # [3, B, T]; [B, T] positions mean all three axes equal (text and decode).
+    mrope_section: tuple[int, ...] | None = None
+    # DeepStack: the first `deepstack_layers` layers may each get visual features added
+    # at the image-token positions after them (0: none).
+    deepstack_layers: int = 0
+
+    def __post_init__(self):
+        if self.mrope_section is not None:
+            section = tuple(int(s) for s in self.mrope_section)
+            object.__setattr__(self, "mrope_section", section)
+            if len(section) != 3 or min(section) < 0 or sum(section) != self.head_dim // 2:
+                raise ValueError(f"mrope_section {section} must be three sizes summing to "
+                                 f"head_dim/2 = {self.head_dim // 2}")
+        if not 0 <= self.deepstack_layers <= self.depth:
+            raise ValueError(f"deepstack_layers {self.deepstack_layers} must be in 0..depth={self.depth}")
+
+    @classmethod
+    def from_hf_text_config(cls, d: dict, *, tie_embeddings: bool | None = None,
+                            deepstack_layers: int | None = None) -> "DecoderConfig":
+        """The decoder of a transformers Qwen3-VL config.json: its `text_config` dict, or
+        the whole config (then `tie_word_embeddings` is read from the top level and
+        `deepstack_layers` from `vision_config.deepstack_visual_indexes`). Reads both the
+        4.57 spelling (`rope_theta`, `rope_scaling`) and the 5.x one (`rope_parameters`).
+        Anything our decoder does not implement (biases, scaled or partial RoPE,
+        non-interleaved MRoPE, other attention types, MoE) is a ValueError."""
+        top = d if "text_config" in d else {}
+        t = d.get("text_config", d)
+        rope = dict(t.get("rope_scaling") or {})
+        rope.update(t.get("rope_parameters") or {})
+        bad = []
+        if t.get("attention_bias"):
+            bad.append("attention_bias")
+        if rope.get("rope_type", rope.get("type", "default")) not in ("default", "mrope"):
+            bad.append(f"rope_type {rope.get('rope_type', rope.get('type'))!r}")
+        if rope.get("mrope_interleaved", True) is False:
+            bad.append("non-interleaved mrope")
+        if float(rope.get("partial_rotary_factor", t.get("partial_rotary_factor", 1.0))) != 1.0:
+            bad.append("partial_rotary_factor")
+        if t.get("hidden_act", "silu") != "silu":
+            bad.append(f"hidden_act {t.get('hidden_act')!r}")
+        if any(kind != "full_attention" for kind in t.get("layer_types") or ()):
+            bad.append("layer_types other than full_attention")
+        if t.get("num_experts"):
+            bad.append("mixture of experts")
+        theta = rope.get("rope_theta", t.get("rope_theta"))
+        if theta is None:      # the library defaults differ between releases: no guessing
+            bad.append("no rope_theta")
+        if bad:
+            raise ValueError("unsupported Qwen3-VL text config: " + ", ".join(bad))
+        heads = int(t["num_attention_heads"])
+        width = int(t["hidden_size"])
+        if tie_embeddings is None:
+            tie_embeddings = bool(top.get("tie_word_embeddings", t.get("tie_word_embeddings", False)))
+        if deepstack_layers is None:
+            deepstack_layers = len((top.get("vision_config") or {}).get("deepstack_visual_indexes") or ())
+        return cls(
+            width=width, depth=int(t["num_hidden_layers"]), mlp_dim=int(t["intermediate_size"]),
+            num_heads=heads, num_kv_heads=int(t.get("num_key_value_heads") or heads),
+            head_dim=int(t.get("head_dim") or width // heads), vocab_size=int(t["vocab_size"]),
+            norm="llama", norm_eps=float(t.get("rms_norm_eps", 1e-6)), activation="silu",
+            rope_theta=float(theta),
+            embed_scale=False, tie_embeddings=tie_embeddings, qk_norm=True,
+            mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
+            deepstack_layers=deepstack_layers)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Decoder-only transformer (Gemma and Llama families) that reads and writes the KV pool."""
+"""Decoder-only transformer (Gemma, Llama and Qwen3-VL text families) that reads and
+writes the KV pool. Qwen3-VL adds, by configuration, three-axis RoPE positions and
+DeepStack (visual features added at the image positions after the first layers)."""
 from __future__ import annotations
 
 import math
@@ -95,7 +97,7 @@ class Decoder(nn.Module):
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.width, cfg.vocab_size, bias=False)
         # packed, the tied embedding becomes a view of the [width, vocab] head matrix
         self._head = Packed(self.embed_tokens if self.lm_head is None else self.lm_head)
-        self.rope = Rope(cfg.head_dim, cfg.rope_theta, max_positions)
+        self.rope = Rope(cfg.head_dim, cfg.rope_theta, max_positions, cfg.mrope_section)
         self.embed_multiplier = math.sqrt(cfg.width) if cfg.embed_scale else 1.0
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -105,6 +107,17 @@ class Decoder(nn.Module):
             x = x * torch.tensor(self.embed_multiplier, dtype=x.dtype)
         return x
 
+    def embed_with_images(self, ids: torch.Tensor, visual_mask: torch.Tensor,
+                          image_embeds: torch.Tensor) -> torch.Tensor:
+        """Token embeddings [B, T, W] with the rows at `visual_mask` (bool [B, T], the
+        image tokens in row-major order) replaced by `image_embeds` [n_image_tokens, W]."""
+        x = self.embed(ids)
+        n = int(visual_mask.sum()) if visual_mask.device.type == "cpu" else None   # no sync on a GPU
+        if image_embeds.dim() != 2 or image_embeds.shape[1] != x.shape[-1] or n not in (None, image_embeds.shape[0]):
+            raise ValueError(f"{n} image tokens need image embeddings [{n}, {x.shape[-1]}], "
+                             f"got {list(image_embeds.shape)}")
+        return x.masked_scatter(visual_mask[..., None], image_embeds.to(x.dtype))
+
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
@@ -113,9 +126,36 @@ class Decoder(nn.Module):
         return self._head.matmul(self.norm(hidden))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice, write_at,
-                read_len: int, mask: torch.Tensor | None) -> torch.Tensor:
-        """x [B, T, W] -> hidden states [B, T, W] (before the final norm)."""
+                read_len: int, mask: torch.Tensor | None, visual_mask: torch.Tensor | None = None,
+                deepstack: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """x [B, T, W] -> hidden states [B, T, W] (before the final norm).
+
+        positions: [B, T], or [3, B, T] (t, h, w) where the config has mrope_section.
+        deepstack (DeepStack): deepstack[i] [n_image_tokens, W] is added after layer i
+        to the rows at visual_mask (bool [B, T], row-major order), i < len(deepstack).
+        """
         rope = self.rope.tables(positions, x.dtype)
+        n_stack = self._check_deepstack(x, visual_mask, deepstack)
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, CacheView(pool.k[i], pool.v[i], slots, write_at, read_len), mask)
+            if i < n_stack:
+                # x + 0 off the image rows, x + feature on them: the reference's values,
+                # with no host sync (graph capturable)
+                x = x + torch.zeros_like(x).masked_scatter_(visual_mask[..., None], deepstack[i].to(x.dtype))
         return x
+
+    def _check_deepstack(self, x, visual_mask, deepstack) -> int:
+        """How many layers get DeepStack features (0: none); ValueError if they do not fit."""
+        if not deepstack:
+            return 0
+        if len(deepstack) > self.cfg.deepstack_layers:
+            raise ValueError(f"{len(deepstack)} DeepStack feature sets for a decoder configured "
+                             f"with deepstack_layers={self.cfg.deepstack_layers}")
+        if visual_mask is None or visual_mask.dtype != torch.bool or visual_mask.shape != x.shape[:2]:
+            raise ValueError(f"DeepStack needs a bool visual_mask [B, T] = {list(x.shape[:2])}")
+        n = int(visual_mask.sum()) if visual_mask.device.type == "cpu" else None   # no sync on a GPU
+        for feats in deepstack:
+            if feats.dim() != 2 or feats.shape[1] != x.shape[-1] or n not in (None, feats.shape[0]):
+                raise ValueError(f"DeepStack features must be [{n if n is not None else 'image tokens'}, "
+                                 f"{x.shape[-1]}], got {list(feats.shape)}")
+        return len(deepstack)

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .mrope import frequency_axes, interleaved_tables
+
 
 class RMSNorm(nn.Module):
     """Gemma style scales by (1 + w), Llama style by w; the math runs in float32."""
@@ -202,22 +204,34 @@ class Rope:
     """Rotary embedding, "rotate half" convention, tables computed once per device.
 
     The sine table carries rotate-half's sign (-sin on the first half), so applying it
-    is a swap of halves and one multiply-add.
+    is a swap of halves and one multiply-add. With `mrope_section` (Qwen3-VL) positions
+    may also be [3, B, T], one row per axis (t, h, w), interleaved as in mrope.py; the
+    module keeps no per-request state (callers add each request's rope_delta).
     """
 
-    def __init__(self, head_dim: int, theta: float, max_positions: int = 8192):
+    def __init__(self, head_dim: int, theta: float, max_positions: int = 8192,
+                 mrope_section: tuple[int, ...] | None = None):
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
         ang = torch.arange(max_positions, dtype=torch.float64)[:, None] * inv[None, :]
         self.cos = torch.cat([ang.cos(), ang.cos()], dim=-1).float()
         self.sin = torch.cat([-ang.sin(), ang.sin()], dim=-1).float()
+        self.mrope_section = None if mrope_section is None else tuple(mrope_section)
+        self.axes = None if mrope_section is None else frequency_axes(self.mrope_section, head_dim)
 
     def to(self, device) -> "Rope":
         self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        if self.axes is not None:
+            self.axes = self.axes.to(device)
         return self
 
     def tables(self, positions: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, signed sin [B, T, 1, head_dim], broadcast over heads
-        of activations laid out [B, T, heads, head_dim]."""
+        """positions [B, T] (or [3, B, T] with mrope_section) -> cos, signed sin
+        [B, T, 1, head_dim], broadcast over heads of activations laid out [B, T, heads, head_dim]."""
+        if positions.dim() == 3:
+            if self.axes is None:
+                raise ValueError("three-axis positions [3, B, T] need a Rope with mrope_section")
+            cos, sin = interleaved_tables(self.cos, self.sin, positions, self.axes)
+            return cos.unsqueeze(2).to(dtype), sin.unsqueeze(2).to(dtype)
         return self.cos[positions].unsqueeze(2).to(dtype), self.sin[positions].unsqueeze(2).to(dtype)
 
 
