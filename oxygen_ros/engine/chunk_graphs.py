@@ -43,8 +43,9 @@ class ChunkStep:
     def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
                  fused: bool = False):
         self.model, self.pool, self.fused = model, pool, fused
-        self.graphs = graphs and model.device.type == "cuda"
+        self.graphs = graphs and model.device.type == "cuda" and getattr(model, "supports_graphs", True)
         self.static = self.graphs or bucket is not None
+        self._frame_prefix = None      # the last prefill's prefix (a head may read more than its K/V)
         self.bucket = bucket or (64 if self.graphs else 1)
         self._captured: dict[tuple[str, int], tuple[torch.cuda.CUDAGraph, torch.Tensor | None]] = {}
         self._memory = torch.cuda.graph_pool_handle() if self.graphs else None
@@ -84,6 +85,7 @@ class ChunkStep:
     # -- the frame's two calls -----------------------------------------------------------
     def prefill(self, prefix: torch.Tensor) -> None:
         """Same as VLAModel.prefill(prefix, pool, self.slot), hidden states not returned."""
+        self._frame_prefix = prefix
         if not self.static:
             self.model.prefill(prefix, self.pool, self.slot)
             return
@@ -102,7 +104,8 @@ class ChunkStep:
         sampling reads the real prefix [0, L) of the slot only and keeps the action tokens'
         K/V to itself, so the bucket's padding past L never matters."""
         if not self.static or (rtc is not None and rtc.active(self._horizon())):
-            return self.model.sample_actions(self.pool, self.slot, prefix_len, noise, self.fused, rtc)
+            return self.model.sample_actions(self.pool, self.slot, prefix_len, noise, self.fused, rtc,
+                                             prefix=self._frame_prefix)
         self._set_schedule()
         e = self.model.cfg.expert
         span = self.prefix_bucket(prefix_len)

@@ -119,6 +119,11 @@ class ExpertConfig:
     action_dim: int = 32
     denoise_steps: int = 10
 
+    @property
+    def tokens(self) -> int:
+        """KV entries the expert writes past the prefix: its action tokens."""
+        return self.horizon
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -187,10 +192,14 @@ PROFILES = {c.name: c for c in (TINY, SMOL, PI05, PI05_QUARTER)}
 
 
 def get_config(name: str) -> ModelConfig:
-    try:
+    """A profile's config: pi0.5-style (here) or Qwen3-VL (engine/qwen3vl_profiles.py)."""
+    if name in PROFILES:
         return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown model profile {name!r}; known: {', '.join(PROFILES)}") from None
+    from .qwen3vl_profiles import QWEN3VL_PROFILES   # lazy: it imports the model modules
+
+    if name in QWEN3VL_PROFILES:
+        return QWEN3VL_PROFILES[name]
+    raise ValueError(f"unknown model profile {name!r}; known: {', '.join([*PROFILES, *QWEN3VL_PROFILES])}")
 
 
 DTYPES = {

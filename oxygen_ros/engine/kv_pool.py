@@ -7,6 +7,10 @@ frame's prefix is prefilled; the action expert writes its own tokens' K/V just p
 the prefix in that slot, so the prefix itself is never copied or mutated. One slot
 beyond the request capacity is reserved so a frame can prefill even when the pool
 is full.
+
+`offsets[slot]` is the position offset of the slot's prefix (Qwen3-VL's rope_delta: a
+token at cache index i has position i + offset; 0 for 1-D RoPE models): it travels with
+the slot's K/V when a prefix is forked or a slot moves, so each request keeps its own.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class KVPool:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.lengths = [0] * (capacity + 1)   # valid KV entries per slot
+        self.offsets = torch.zeros(capacity + 1, dtype=torch.long, device=device)
         self.live = 0
 
     @property
@@ -65,6 +70,7 @@ class KVPool:
         self.k[:, dst, :, :length].copy_(self.k[:, src, :, :length])
         self.v[:, dst, :, :length].copy_(self.v[:, src, :, :length])
         self.lengths[dst] = length
+        self.offsets[dst] = self.offsets[src]
 
     def release(self, slot: int) -> int | None:
         """Free a live slot; the last live slot moves into the hole to keep slots dense.
@@ -80,6 +86,7 @@ class KVPool:
             self.k[:, slot, :, :n].copy_(self.k[:, last, :, :n])
             self.v[:, slot, :, :n].copy_(self.v[:, last, :, :n])
             self.lengths[slot] = n
+            self.offsets[slot] = self.offsets[last]
             moved = last
         self.lengths[last] = 0
         self.live -= 1

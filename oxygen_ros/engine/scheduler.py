@@ -48,7 +48,7 @@ class EngineConfig:
             return self.max_len
         c = model.cfg
         cams = (self.cameras or len(c.camera_slots)) * c.vision.tokens_per_image
-        return cams + 2 * c.max_prompt_tokens + max(self.max_new_tokens, c.expert.horizon)
+        return cams + 2 * c.max_prompt_tokens + max(self.max_new_tokens, c.expert.tokens)
 
 
 @dataclass
@@ -98,7 +98,12 @@ class EngineBase:
 
     # -- helpers -------------------------------------------------------------------------
     def prefix_embeddings(self, obs: Observation, timer: PhaseTimer) -> torch.Tensor:
+        """The frame's prefix: pi0.5-style models' embeddings [1, L, W] by the engine's
+        rules below; a model with its own (Qwen3-VL: model/qwen3vl_vla.Prefix) builds it."""
         cfg = self.model.cfg
+        if hasattr(self.model, "observation_prefix"):
+            with timer("vision"):
+                return self.model.observation_prefix(obs, self.tok)
         with timer("vision"):
             size = cfg.vision.image_size
             if obs.pixels is not None:
@@ -120,6 +125,8 @@ class EngineBase:
         return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
 
     def prompt_ids(self, req: LanguageRequest) -> list[int]:
+        if hasattr(self.model, "request_ids"):       # a chat model's turn markup around the prompt
+            return self.model.request_ids(self.tok, req.prompt)
         return self.tok.encode(req.prompt)
 
     def accept_token(self, live: LiveRequest, token: int, deltas: list[TextDelta]) -> bool:

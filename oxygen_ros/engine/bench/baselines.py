@@ -38,7 +38,7 @@ class IsolatedRunner(EngineBase):
             self.model.prefill(prefix, self.pool, 0)
         with timer("action"):
             actions = self.model.sample_actions(self.pool, 0, prefix.shape[1], self.frame_noise(noise),
-                                                self.config.fused, rtc)
+                                                self.config.fused, rtc, prefix=prefix)
         timer.mark("chunk")
         return actions
 

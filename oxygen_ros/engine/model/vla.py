@@ -89,8 +89,9 @@ class VLAModel(nn.Module):
         return hidden
 
     def sample_actions(self, pool: KVPool, slot: int, prefix_len: int,
-                       noise: torch.Tensor, fused: bool = False, rtc=None) -> torch.Tensor:
-        """Flow-matching action chunk [H, D] from the prefix K/V in `slot` (read-only).
+                       noise: torch.Tensor, fused: bool = False, rtc=None, prefix=None) -> torch.Tensor:
+        """Flow-matching action chunk [H, D] from the prefix K/V in `slot` (read-only;
+        `prefix` unused: pi0.5's expert reads only the K/V).
         `fused`: one native call for the whole sampling where available (same outputs).
         `rtc`: an engine.rtc.RTCGuide (Real-Time Chunking); None, mode "off" or nothing to
         guide samples exactly as without it."""

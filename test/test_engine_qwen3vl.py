@@ -1,0 +1,121 @@
+"""The OxyGen schedule on a Qwen3-VL model (qwen3vl-tiny: Qwen3-VL backbone with three-axis
+RoPE and DeepStack, Xiaomi-Robotics-0's action head): requests admitted in different
+frames, from prefixes with different image layouts (so different rope_deltas), decode in
+one batch and each equals its isolated greedy decode; every chunk equals isolated action
+inference with the same noise."""
+import numpy as np
+import pytest
+import torch
+
+from oxygen_ros.engine.bench.baselines import IsolatedRunner
+from oxygen_ros.engine.config import get_config
+from oxygen_ros.engine.kv_pool import KVPool
+from oxygen_ros.engine.model.qwen3vl_vla import build_random_qwen3vl
+from oxygen_ros.engine.observation import Observation, ObservationError
+from oxygen_ros.engine.requests import LanguageRequest
+from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+from oxygen_ros.engine.tokenizer import ByteTokenizer
+
+_MODEL = None
+SIZES = [(64, 64), (96, 80), (48, 112), (128, 64)]
+
+
+def qwen_tiny():
+    global _MODEL
+    if _MODEL is None:
+        _MODEL = build_random_qwen3vl(get_config("qwen3vl-tiny"))
+    return _MODEL, ByteTokenizer()
+
+
+def observation(f: int) -> Observation:
+    """Frame f: the base camera at a size that changes frame to frame; the wrist camera
+    on odd frames only, at another size."""
+    rng = np.random.default_rng(500 + f)
+    images = {"base_0_rgb": rng.integers(0, 256, (*SIZES[f % 4], 3), dtype=np.uint8)}
+    if f % 2:
+        images["left_wrist_0_rgb"] = rng.integers(0, 256, (*SIZES[(f + 1) % 4], 3), dtype=np.uint8)
+    return Observation(images=images, state=rng.uniform(-1, 1, 8), instruction="put the cube in the bowl")
+
+
+def requests_for(f: int) -> list[LanguageRequest]:
+    return [LanguageRequest("what now" + "?" * (f + j), stream="narration", max_new_tokens=4 + (3 * f + 5 * j) % 9,
+                            ignore_eos=True) for j in range(1 + f % 2)] if f < 6 else []
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_qwen3vl_oxygen_equals_isolated(k):
+    model, tok = qwen_tiny()
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=6, max_queue=32, max_new_tokens=16,
+                                                   steps_per_frame=k))
+    iso = IsolatedRunner(model, tok, EngineConfig(max_new_tokens=16))
+    horizon, dim = model.cfg.expert.horizon, model.cfg.expert.action_dim
+    obs, results, finals, reqs = [], [], {}, {}
+    f = 0
+    while f < 6 or engine.live or engine.pending:
+        o = observation(min(f, 5))
+        for req in requests_for(f):
+            reqs[engine.submit(req)] = req
+        noise = torch.randn(horizon, dim, generator=torch.Generator().manual_seed(f))
+        res = engine.step(o, noise)
+        obs.append((o, noise))
+        results.append(res)
+        for d in res.deltas:
+            finals.setdefault(d.request_id, []).append(d)
+        f += 1
+    # the prefixes' image layouts differ, so their rope_deltas do, and requests batch across frames
+    deltas = {model.observation_prefix(o, tok).rope_delta for o, _ in obs}
+    assert len(deltas) >= 3, deltas
+    assert max(r.live_requests for r in results) >= 2
+    for (o, noise), res in zip(obs, results):
+        assert res.actions.shape == (horizon, dim)
+        assert np.abs(iso.action(o, noise).numpy() - res.actions).max() <= 1e-5
+    for rid, req in reqs.items():
+        text = "".join(d.delta for d in finals[rid])
+        ref = []
+        iso.language(obs[req.start_frame][0], LanguageRequest(req.prompt, max_new_tokens=req.max_new_tokens,
+                                                              ignore_eos=True), deltas=ref)
+        assert ref[-1].full_text == text and ref[-1].token_count == finals[rid][-1].token_count, rid
+
+
+def test_a_wrong_position_offset_changes_the_tokens():
+    """The check above can fail: decoding a request at another rope_delta (here 0 instead
+    of its prefix's) gives other logits."""
+    model, tok = qwen_tiny()
+    prefix = model.observation_prefix(observation(1), tok)
+    assert prefix.rope_delta != 0
+    logits = []
+    for offset in (prefix.rope_delta, 0):
+        pool = model.new_pool(1, 128)
+        model.prefill(prefix, pool, 0)
+        pool.offsets[0] = offset
+        hidden = model.extend(torch.tensor([model.request_ids(tok, "hi")]), pool, 0, prefix.shape[1])
+        logits.append(model.backbone.logits(hidden[:, -1]))
+    assert (logits[0] - logits[1]).abs().max() > 1e-3
+
+
+def test_the_pool_carries_each_slots_offset_with_its_kv():
+    pool = KVPool(depth=1, capacity=3, max_len=4, kv_heads=1, head_dim=2)
+    pool.offsets[pool.staging_slot] = -7
+    pool.claim(2)
+    pool.copy_prefix(0, 1, 2)
+    assert int(pool.offsets[1]) == -7
+    pool.claim(2)
+    pool.offsets[2] = 5
+    pool.claim(2)
+    assert pool.release(0) == 2 and int(pool.offsets[0]) == 5     # the last slot moved into the hole
+
+
+def test_bad_camera_images_are_clear_errors():
+    model, tok = qwen_tiny()
+    o = observation(0)
+    o.images["base_0_rgb"] = np.zeros((64, 64, 4), np.uint8)
+    with pytest.raises(ObservationError, match="camera image"):
+        model.observation_prefix(o, tok)
+    o = observation(0)
+    o.images["top_rgb"] = np.zeros((64, 64, 3), np.uint8)
+    with pytest.raises(ObservationError, match="unknown camera slot"):
+        model.observation_prefix(o, tok)
+    o = observation(0)
+    o.state[0] = np.nan
+    with pytest.raises(ObservationError, match="NaN"):
+        model.observation_prefix(o, tok)
