@@ -1,4 +1,4 @@
-"""oxygen_node with the tiny model at 10 Hz over real DDS, node and driver in separate
+"""oxygen_node with the tiny models (pi0.5-style and Qwen3-VL) at 10 Hz over real DDS, node and driver in separate
 processes: action chunks keep the rate, text streams are exact, and a progress
 question is answered while the chunks keep flowing.
 
@@ -129,10 +129,13 @@ def rtc_run(namespace, *, deadline):
 
 # ----------------------------------------------------------------- tests
 
-@pytest.fixture(scope="module")
-def run():
+@pytest.fixture(scope="module", params=["tiny", "qwen3vl-tiny"])
+def run(request):
+    """The 10 s run of the pi0.5-style tiny model, and of the Qwen3-VL one (three-axis RoPE,
+    XR-0's action head): the same contract over DDS."""
     with node_processes() as start:
-        node = start(autostart=True, narration_every_n_frames=10, memory_every_n_frames=20)
+        node = start(autostart=True, narration_every_n_frames=10, memory_every_n_frames=20,
+                     model=request.param)
         result = run_peers(__file__, {"driver": ["ten_hz_run", node.namespace]}, timeout=90)["driver"]
         result["alive"] = node.alive()
         print(f"10 Hz run: {result['chunks']} chunks in {WINDOW_S:.0f} s, max gap {result['max_gap_s']:.3f} s, "

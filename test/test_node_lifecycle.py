@@ -67,10 +67,11 @@ def bad_then_good_configure(namespace, *, deadline):
 # ----------------------------------------------------------------- tests
 
 @pytest.mark.ros
-def test_lifecycle_cycle_twice_over_change_state(start_node):
+@pytest.mark.parametrize("model", ["tiny", "qwen3vl-tiny"])
+def test_lifecycle_cycle_twice_over_change_state(start_node, model):
     """configure/activate/deactivate/cleanup succeed twice in a row over ChangeState; each
-    reaches the expected state, and chunks flow only after activate."""
-    node = start_node()
+    reaches the expected state, and chunks flow only after activate (both tiny models)."""
+    node = start_node(model=model)
     r = run_peers(__file__, {"driver": ["cycle_twice", node.namespace]}, timeout=60)["driver"]
     expected = [[None, True, "unconfigured"]]
     for _ in range(2):

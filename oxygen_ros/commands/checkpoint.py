@@ -1,6 +1,9 @@
-"""`oxygen checkpoint DIR`: what the node would read from a pi0.5 checkpoint, without
-loading its weights: layout and sizes from the safetensors header, then the policy I/O
-(convention, statistics and their files, prompt format, action dims, horizon).
+"""`oxygen checkpoint DIR`: what the node would read from a checkpoint, without loading
+its weights. A directory whose config.json says Qwen3-VL (model_type qwen3_vl) or
+Xiaomi-Robotics-0 (MiBoTForActionGeneration) gets the Qwen3-VL report (files, parts,
+tensor and parameter counts, dtype, the decoder / vision / head configs, the tokenizer);
+anything else is read as pi0.5: layout and sizes from the safetensors header, then the
+policy I/O (convention, statistics and their files, prompt format, action dims, horizon).
 Exits 1 with the reason when something required is missing."""
 
 import argparse
@@ -20,7 +23,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
 
 
+def _qwen3vl_kind(checkpoint: str) -> str | None:
+    """"qwen3_vl" / "xr0" when the checkpoint's config.json says so, else None."""
+    from pathlib import Path
+
+    from ..engine.weights.qwen3vl import checkpoint_kind
+
+    d = Path(checkpoint)
+    cfg = (d.parent if d.is_file() else d) / "config.json"
+    try:
+        return checkpoint_kind(json.loads(cfg.read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def run_qwen3vl(args: argparse.Namespace) -> int:
+    from ..engine.weights.qwen3vl import inspect_qwen3vl_checkpoint
+
+    report = inspect_qwen3vl_checkpoint(args.checkpoint)
+    failures = list(report["problems"])
+    report["ok"] = not failures
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for key, value in report.items():
+            if key in ("problems", "ok"):
+                continue
+            if key == "parts":
+                for part, counts in value.items():
+                    print(f"{'parts.' + part:32s} {counts}")
+            elif isinstance(value, dict):
+                print(f"{key:32s} " + ", ".join(f"{k}={v}" for k, v in value.items()))
+            else:
+                print(f"{key:32s} {value}")
+        print("ok: the node can load this checkpoint" if not failures else "NOT USABLE:")
+    for problem in failures:
+        print(f"  - {problem}", file=sys.stderr)
+    return 0 if not failures else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if _qwen3vl_kind(args.checkpoint) is not None:
+        return run_qwen3vl(args)
     from ..engine.config import get_config
     from ..engine.policy_io import PolicyIOError, load_policy_io
     from ..engine.weights.pi05 import CheckpointError, inspect_checkpoint

@@ -139,8 +139,8 @@ class GGUFTokenizer:
         """Render the GGUF's chat template (jinja2, sandboxed, as transformers does)."""
         if not self.chat_template:
             raise ValueError("this GGUF has no tokenizer.chat_template")
-        return _compile_template(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
+        return render_chat_template(
+            self.chat_template, messages=messages, add_generation_prompt=add_generation_prompt,
             bos_token=self._special_text(self.bos_id),
             eos_token=self._special_text(next(iter(self.eos_ids), None)))
 
@@ -148,15 +148,31 @@ class GGUFTokenizer:
         return self.tokens[token_id] if token_id is not None else ""
 
 
+def render_chat_template(source: str, **context) -> str:
+    """Render a Hugging Face style chat template (jinja2) the way transformers does: a
+    sandboxed immutable environment with trim_blocks / lstrip_blocks and loop controls,
+    `raise_exception`, `strftime_now` and a `tojson` that keeps non-ASCII text as is.
+    `context` holds messages, add_generation_prompt, bos_token, eos_token, tools, ..."""
+    return _compile_template(source).render(**context)
+
+
 @lru_cache(maxsize=4)
 def _compile_template(source: str):
+    from datetime import datetime
+
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
         raise ValueError(f"chat template: {message}")
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)

@@ -12,6 +12,8 @@ Profiles (oxygen_ros.engine.config):
   `checkpoint` may name another GGUF file of the same model.
 - pi05 / pi05-quarter with a checkpoint: oxygen_ros.engine.weights.pi05.load_pi05.
 - pi05-quarter without a checkpoint: random weights and WideByteTokenizer (below).
+- qwen3vl-tiny / xr0-cpu (engine/qwen3vl_profiles.py): random weights, the byte tokenizer
+  (tiny; ChatML and image ids above its bytes) or WideByteTokenizer (xr0-cpu).
 """
 from __future__ import annotations
 
@@ -78,6 +80,13 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
         model, tok = build_random_model(cfg), ByteTokenizer()
     elif name == "smol":
         model, tok = load_smol(cfg, gguf_path=checkpoint, tokenizer_path=tokenizer_path)
+    elif name in ("qwen3vl-tiny", "xr0-cpu"):
+        from ..model.qwen3vl_vla import build_random_qwen3vl   # lazy: only Qwen3-VL users need it
+
+        if checkpoint:
+            raise ValueError(f"the {name} profile has random weights; a checkpoint is for the xr0 profile")
+        model = build_random_qwen3vl(cfg)
+        tok = ByteTokenizer() if name == "qwen3vl-tiny" else WideByteTokenizer(cfg.backbone.vocab_size)
     elif name in ("pi05", "pi05-quarter"):
         if checkpoint:
             from .pi05 import load_pi05   # lazy: only pi0.5 users need it

@@ -1,19 +1,60 @@
-"""Qwen3-VL checkpoint tensors -> our Decoder's parameter names (the text model).
+"""Qwen3-VL and Xiaomi-Robotics-0 checkpoints -> state dicts named for our modules.
 
 transformers' Qwen3VLForConditionalGeneration keeps the text model under
 `model.language_model.` (embed_tokens, layers.N.{input_layernorm,
 post_attention_layernorm}, layers.N.self_attn.{q,k,v,o}_proj and {q,k}_norm,
 layers.N.mlp.{gate,up,down}_proj, norm) and the head as `lm_head.weight` (absent or
 equal to the embedding where tied). Our Decoder uses the same names below the prefix.
-The vision tower (`model.visual.`) is not read here.
+text_state_dict / load_text_weights take an in-memory state dict (text model only).
+
+Reading a checkpoint DIRECTORY (config.json + model.safetensors or a sharded
+model.safetensors.index.json) into one state dict per part, without building the model.
+
+Two layouts, told apart by config.json (`checkpoint_kind`):
+
+- "qwen3_vl": transformers' Qwen3VLForConditionalGeneration (`model_type` "qwen3_vl" or
+  `architectures` ["Qwen3VLForConditionalGeneration"]): `model.language_model.*`,
+  `model.visual.*`, `lm_head.weight` (left out of the file when tied).
+- "xr0": Xiaomi-Robotics-0, `architectures` ["MiBoTForActionGeneration"] (the class in
+  the checkpoint's own modeling_mibot.py). That class holds the Qwen3-VL model as
+  `self.vlm` (so `vlm.model.language_model.*`, `vlm.model.visual.*`, `vlm.lm_head.weight`),
+  its Qwen3-VL config as `config.vlm_config` (text_config, vision_config, image_token_id,
+  ...), and the action head at the top level: `dit.layers.N.*`, `sink.weight`,
+  `t_embedder.mlp.{0,2}.weight`, and MLPProjector modules whose nn.Sequential is called
+  `layers`: `state_projector.layers.{0,2}`, `action_projector.layers.{0,2}`,
+  `action_output_layer.layers.{0,2}`, `t_projector.layers.0`. Our XR0Head keeps the
+  Sequential without the `.layers` level, which is the one rename (XR0_HEAD_RENAME).
+  The model_type string of MiBoTConfig was not readable; any config with `vlm_config`
+  and `dit_config`, or a model_type starting with "mibot", counts as XR-0 as well.
+
+What happens to each tensor (Qwen3VLCheckpoint.unused lists the reported ones):
+- under the text prefix: must be a Decoder parameter, else WeightMismatchError (a tensor
+  our decoder has no place for would change the model's output);
+- `lm_head.weight`: the Decoder's head when untied; when tied it is reported as unused
+  (the embedding serves as the head);
+- under the visual prefix: Qwen3VLVisionEncoder parameters go to `visual`; others are
+  reported as unused, not fatal (towers we do not run);
+- XR-0 head tensors: must be XR0Head parameters after the rename, else an error;
+- anything else is reported as unused.
+Every part must also be complete and every shape must match the model the config
+describes (built on the meta device to get the names and shapes), else
+WeightMismatchError naming the tensors. Tying: config.json's `tie_word_embeddings`
+(top level, then text_config; for XR-0 those of vlm_config, then the top level); where
+no config says, a checkpoint without `lm_head.weight` is taken as tied.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
+import struct
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
-from .loading import WeightMismatchError, check_state
+from .loading import WeightMismatchError, _list, check_state
 
 TEXT_PREFIX = "model.language_model."
 HEAD_NAME = "lm_head.weight"
@@ -62,3 +103,372 @@ def load_text_weights(decoder: torch.nn.Module, hf_sd: dict[str, torch.Tensor]) 
     for name, tensor in sd.items():
         params[name].copy_(tensor)
     return decoder
+
+
+# -- whole checkpoints: Qwen3-VL and Xiaomi-Robotics-0 ----------------------------------
+XR0_ARCHITECTURE = "MiBoTForActionGeneration"
+QWEN3VL_ARCHITECTURE = "Qwen3VLForConditionalGeneration"
+XR0_VLM_PREFIX = "vlm."
+XR0_HEAD_MODULES = ("dit.", "sink.", "t_embedder.", "t_projector.", "state_projector.",
+                    "action_projector.", "action_output_layer.")
+XR0_HEAD_RENAME = re.compile(r"^(state_projector|action_projector|action_output_layer|t_projector)\.layers\.")
+VISUAL_PREFIX = "model.visual."
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class Qwen3VLCheckpointError(WeightMismatchError):
+    """A Qwen3-VL / XR-0 checkpoint that our model cannot take (names, shapes, config)."""
+
+
+@dataclass
+class Qwen3VLCheckpoint:
+    """One checkpoint directory, as state dicts for our modules.
+
+    visual: for Qwen3VLVisionEncoder(Qwen3VLVisionConfig.from_hf_dict(vlm_config));
+    language: for Decoder(DecoderConfig.from_hf_text_config(vlm_config, tie_embeddings=tied));
+    head: for XR0Head(XR0HeadConfig.from_hf_dict(config)) (None for plain Qwen3-VL);
+    unused: checkpoint names read by nobody (see the section docstring above)."""
+    path: Path
+    config: dict
+    kind: str
+    visual: dict[str, torch.Tensor]
+    language: dict[str, torch.Tensor]
+    head: dict[str, torch.Tensor] | None
+    unused: list[str] = field(default_factory=list)
+    tie_word_embeddings: bool = True
+
+    @property
+    def vlm_config(self) -> dict:
+        """The Qwen3-VL config dict (XR-0 nests it as `vlm_config`)."""
+        return vlm_config(self.config, self.kind)
+
+    def decoder_config(self):
+        from ..config import DecoderConfig
+
+        return DecoderConfig.from_hf_text_config(self.vlm_config, tie_embeddings=self.tie_word_embeddings)
+
+    def vision_config(self):
+        from ..model.qwen3vl_vision import Qwen3VLVisionConfig
+
+        return Qwen3VLVisionConfig.from_hf_dict(self.vlm_config)
+
+    def head_config(self, **overrides):
+        from ..model.xr0_head import XR0HeadConfig
+
+        return XR0HeadConfig.from_hf_dict(self.config, **overrides) if self.kind == "xr0" else None
+
+
+def checkpoint_kind(config: dict) -> str | None:
+    """"xr0", "qwen3_vl", or None (some other model) from a config.json dict."""
+    arch = set(config.get("architectures") or ())
+    model_type = str(config.get("model_type") or "")
+    if XR0_ARCHITECTURE in arch or model_type.lower().startswith("mibot") \
+            or ("vlm_config" in config and "dit_config" in config):
+        return "xr0"
+    if QWEN3VL_ARCHITECTURE in arch or model_type == "qwen3_vl":
+        return "qwen3_vl"
+    return None
+
+
+def vlm_config(config: dict, kind: str) -> dict:
+    if kind != "xr0":
+        return config
+    if not isinstance(config.get("vlm_config"), dict):
+        raise Qwen3VLCheckpointError("XR-0 config.json has no vlm_config (the Qwen3-VL config)")
+    return config["vlm_config"]
+
+
+def read_config(path: str | os.PathLike) -> tuple[Path, dict, str]:
+    """(directory, config.json dict, kind); FileNotFoundError / Qwen3VLCheckpointError."""
+    d = Path(path)
+    if d.is_file():
+        d = d.parent
+    cfg_file = d / "config.json"
+    if not cfg_file.is_file():
+        raise FileNotFoundError(f"{cfg_file} not found: a Qwen3-VL / XR-0 checkpoint directory needs config.json")
+    config = json.loads(cfg_file.read_text(encoding="utf-8"))
+    kind = checkpoint_kind(config)
+    if kind is None:
+        raise Qwen3VLCheckpointError(f"{cfg_file}: model_type {config.get('model_type')!r}, architectures "
+                                     f"{config.get('architectures')} is neither Qwen3-VL nor Xiaomi-Robotics-0")
+    return d, config, kind
+
+
+# -- files and headers ------------------------------------------------------------------
+def weight_files(directory: Path) -> tuple[list[Path], dict[str, str] | None]:
+    """The safetensors files (one, or the index's shards in order) and the index's
+    weight_map (None for a single file). Missing files raise FileNotFoundError naming them."""
+    index = directory / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise Qwen3VLCheckpointError(f"{index} has no weight_map")
+        files = [directory / f for f in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise FileNotFoundError(f"{index} names {len(missing)} shard(s) that are not in {directory}: "
+                                    f"{', '.join(missing)}")
+        return files, weight_map
+    single = directory / SINGLE_FILE
+    if single.is_file():
+        return [single], None
+    raise FileNotFoundError(f"no weights in {directory}: neither {SINGLE_FILE} nor {INDEX_FILE}")
+
+
+def read_header(file: Path) -> dict[str, dict]:
+    """A safetensors file's tensor table {name: {"dtype", "shape", "data_offsets"}} from its
+    header alone (8-byte little-endian length, then JSON); no tensor is read."""
+    with open(file, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise Qwen3VLCheckpointError(f"{file} is not a safetensors file (too short)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > 100 * 2 ** 20:
+            raise Qwen3VLCheckpointError(f"{file} is not a safetensors file (header length {n})")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise Qwen3VLCheckpointError(f"{file} is not a safetensors file ({e})") from None
+    header.pop("__metadata__", None)
+    return header
+
+
+def tensor_table(directory: Path) -> tuple[list[Path], dict[str, tuple[Path, tuple[int, ...], str]]]:
+    """Every tensor's (file, shape, safetensors dtype) from the headers; the index's
+    weight_map must agree with what the shards hold."""
+    files, weight_map = weight_files(directory)
+    table = {}
+    for file in files:
+        for name, info in read_header(file).items():
+            table[name] = (file, tuple(info["shape"]), info["dtype"])
+    if weight_map is not None:
+        absent = sorted(n for n, f in weight_map.items() if n not in table or table[n][0].name != f)
+        if absent:
+            raise Qwen3VLCheckpointError(f"{directory / INDEX_FILE} maps {len(absent)} tensor(s) to shards that "
+                                         f"do not hold them: {_list(absent)} (e.g. {absent[0]} -> "
+                                         f"{weight_map[absent[0]]})")
+    return files, table
+
+
+# -- the plan: which checkpoint name goes where -------------------------------------------
+@dataclass
+class _Plan:
+    tied: bool
+    parts: dict[str, dict[str, str]]        # part -> {our name: checkpoint name}
+    unused: list[str]
+    problems: list[str]
+    configs: dict
+
+
+def _explicit_tie(config: dict, kind: str):
+    vlm = vlm_config(config, kind)
+    for d in (vlm, vlm.get("text_config") or {}, config):
+        if "tie_word_embeddings" in d and d["tie_word_embeddings"] is not None:
+            return bool(d["tie_word_embeddings"])
+    return None
+
+
+def _meta_shapes(module_fn) -> dict[str, tuple[int, ...]]:
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in module_fn().state_dict().items()}
+
+
+def _plan(config: dict, kind: str, shapes: dict[str, tuple[int, ...]]) -> _Plan:
+    from ..config import DecoderConfig
+    from ..model.decoder import Decoder
+    from ..model.qwen3vl_vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
+    from ..model.xr0_head import XR0Head, XR0HeadConfig
+
+    vlm = vlm_config(config, kind)
+    root = XR0_VLM_PREFIX if kind == "xr0" else ""
+    text_p, vis_p, head_name = root + TEXT_PREFIX, root + VISUAL_PREFIX, root + HEAD_NAME
+    tied = _explicit_tie(config, kind)
+    if tied is None:
+        tied = head_name not in shapes
+    problems: list[str] = []
+    configs: dict = {}
+    expected: dict[str, dict[str, tuple[int, ...]]] = {}
+    try:
+        dcfg = DecoderConfig.from_hf_text_config(vlm, tie_embeddings=tied)
+        configs["decoder"] = dcfg
+        expected["language"] = _meta_shapes(lambda: Decoder(dcfg, max_positions=1))
+    except (KeyError, ValueError, TypeError) as e:
+        problems.append(f"text config: {e!r}" if isinstance(e, KeyError) else f"text config: {e}")
+    try:
+        vcfg = Qwen3VLVisionConfig.from_hf_dict(vlm)
+        configs["vision"] = vcfg
+        expected["visual"] = _meta_shapes(lambda: Qwen3VLVisionEncoder(vcfg))
+    except (KeyError, ValueError, TypeError) as e:
+        problems.append(f"vision config: {e}")
+    if kind == "xr0":
+        try:
+            hcfg = XR0HeadConfig.from_hf_dict(config)
+            configs["head"] = hcfg
+            expected["head"] = _meta_shapes(lambda: XR0Head(hcfg))
+        except (KeyError, ValueError, TypeError) as e:
+            problems.append(f"XR-0 head config: {e}")
+
+    parts: dict[str, dict[str, str]] = {"visual": {}, "language": {}}
+    if kind == "xr0":
+        parts["head"] = {}
+    unused, strange = [], {"language": [], "head": []}
+    for name in sorted(shapes):
+        if name.startswith(text_p):
+            local = name[len(text_p):]
+            (parts["language"].__setitem__(local, name) if local in expected.get("language", {local: 0})
+             else strange["language"].append(name))
+        elif name == head_name:
+            if tied:
+                unused.append(name)
+            else:
+                parts["language"]["lm_head.weight"] = name
+        elif name.startswith(vis_p):
+            local = name[len(vis_p):]
+            (parts["visual"].__setitem__(local, name) if local in expected.get("visual", {local: 0})
+             else unused.append(name))
+        elif kind == "xr0" and name.startswith(XR0_HEAD_MODULES):
+            local = XR0_HEAD_RENAME.sub(r"\1.", name)
+            (parts["head"].__setitem__(local, name) if local in expected.get("head", {local: 0})
+             else strange["head"].append(name))
+        else:
+            unused.append(name)
+    for part, names in strange.items():
+        if names:
+            problems.append(f"{part}: {len(names)} checkpoint tensor(s) with no place in our model: {_list(names)}")
+    for part, want in expected.items():
+        got = parts[part]
+        missing = sorted(set(want) - set(got))
+        if missing:
+            hint = f" (the checkpoint lacks {head_name}; config says tie_word_embeddings=false)" \
+                if part == "language" and missing == ["lm_head.weight"] else ""
+            problems.append(f"{part}: missing {len(missing)} tensor(s): "
+                            f"{_list([got.get(m, _source_name(part, m, root)) for m in missing])}{hint}")
+        bad = [f"{got[k]}: expected {want[k]}, got {shapes[got[k]]}"
+               for k in sorted(set(want) & set(got)) if tuple(shapes[got[k]]) != tuple(want[k])]
+        if bad:
+            problems.append(f"{part}: {len(bad)} shape mismatch(es): {_list(bad)}")
+    return _Plan(tied, parts, unused, problems, configs)
+
+
+def _source_name(part: str, local: str, root: str) -> str:
+    if part == "language":
+        return root + (HEAD_NAME if local == "lm_head.weight" else TEXT_PREFIX + local)
+    if part == "visual":
+        return root + VISUAL_PREFIX + local
+    return re.sub(r"^(state_projector|action_projector|action_output_layer|t_projector)\.", r"\1.layers.", local)
+
+
+# -- reading ------------------------------------------------------------------------------
+def read_qwen3vl_checkpoint(path: str | os.PathLike, dtype: torch.dtype | str | None = None,
+                            progress=sys.stderr) -> Qwen3VLCheckpoint:
+    """Read a Qwen3-VL or XR-0 checkpoint directory into per-part state dicts (names of
+    our modules; see the section docstring for what goes where and what is an error).
+
+    dtype: cast floating tensors to it (None: keep the file's). progress: a stream that
+    gets one line per shard when there is more than one (None: quiet).
+    Raises FileNotFoundError naming a missing config/weights/shard file, and
+    Qwen3VLCheckpointError (a WeightMismatchError) listing name/shape/config problems."""
+    from safetensors import safe_open
+
+    from ..config import parse_dtype
+
+    directory, config, kind = read_config(path)
+    cast = parse_dtype(dtype) if dtype is not None else None
+    files, table = tensor_table(directory)
+    plan = _plan(config, kind, {n: t[1] for n, t in table.items()})
+    if plan.problems:
+        raise Qwen3VLCheckpointError(f"{directory} ({kind}): " + "; ".join(plan.problems))
+
+    wanted = {src: (part, local) for part, names in plan.parts.items() for local, src in names.items()}
+    out: dict[str, dict[str, torch.Tensor]] = {part: {} for part in plan.parts}
+    for i, file in enumerate(files):
+        names = [n for n in wanted if table[n][0] == file]
+        if progress is not None and len(files) > 1:
+            print(f"reading {file.name} ({i + 1}/{len(files)}, {len(names)} tensors)", file=progress, flush=True)
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in names:
+                t = f.get_tensor(name)
+                if cast is not None and t.is_floating_point():
+                    t = t.to(cast)
+                part, local = wanted[name]
+                out[part][local] = t
+    # the text model through the same name mapping the single-module loader uses
+    hf_text = {(HEAD_NAME if local == "lm_head.weight" else TEXT_PREFIX + local): t
+               for local, t in out["language"].items()}
+    language = text_state_dict(hf_text, tie_embeddings=plan.tied)
+    visual = out["visual"]
+    return Qwen3VLCheckpoint(path=directory, config=config, kind=kind, visual=visual, language=language,
+                             head=out.get("head"), unused=plan.unused, tie_word_embeddings=plan.tied)
+
+
+# -- inspecting ---------------------------------------------------------------------------
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def _count(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def inspect_qwen3vl_checkpoint(path: str | os.PathLike) -> dict:
+    """What a Qwen3-VL / XR-0 checkpoint directory holds, from config.json and the
+    safetensors headers only (no tensor is read): files, bytes, dtypes, per part the
+    tensor and parameter counts, the decoder / vision / head configs our code would
+    build, the tokenizer's summary, and `problems` (empty: read_qwen3vl_checkpoint and
+    the tokenizer load it). Missing files are problems, not exceptions."""
+    report: dict = {"path": str(path), "kind": None, "problems": []}
+    problems = report["problems"]
+    try:
+        directory, config, kind = read_config(path)
+    except (OSError, ValueError) as e:
+        problems.append(str(e))
+        return report
+    report["path"], report["kind"] = str(directory), kind
+    try:
+        files, table = tensor_table(directory)
+    except (OSError, ValueError) as e:
+        problems.append(str(e))
+        files, table = [], {}
+    if files:
+        report["files"] = [f.name for f in files]
+        report["bytes"] = sum(f.stat().st_size for f in files)
+        report["tensors"] = len(table)
+        dtypes: dict[str, int] = {}
+        for _, shape, dt in table.values():
+            dtypes[dt] = dtypes.get(dt, 0) + _count(shape)
+        report["dtype"] = max(dtypes, key=dtypes.get) if dtypes else None
+        report["dtypes"] = dtypes
+    plan = _plan(config, kind, {n: t[1] for n, t in table.items()})
+    if files:
+        problems.extend(plan.problems)
+    report["tie_word_embeddings"] = plan.tied
+    report["parts"] = {part: {"tensors": len(names), "parameters": sum(_count(table[s][1]) for s in names.values())}
+                       for part, names in plan.parts.items()}
+    report["parts"]["unused"] = {"tensors": len(plan.unused),
+                                 "parameters": sum(_count(table[s][1]) for s in plan.unused),
+                                 "names": plan.unused[:8]}
+    for key in ("decoder", "vision", "head"):
+        if key in plan.configs:
+            report[key + "_config"] = asdict(plan.configs[key])
+    report["tokenizer"] = _tokenizer_summary(directory, config, kind, plan, problems)
+    return report
+
+
+def _tokenizer_summary(directory: Path, config: dict, kind: str, plan: _Plan, problems: list) -> dict | None:
+    from .qwen3vl_tokenizer import Qwen3VLTokenizer
+
+    try:
+        tok = Qwen3VLTokenizer.from_dir(directory)
+    except (OSError, ValueError, KeyError) as e:
+        problems.append(f"tokenizer: {e}")
+        return None
+    summary = {"vocab_size": tok.vocab_size, "eos_ids": sorted(tok.eos_ids), "special_ids": tok.special_ids,
+               "chat_template": tok.chat_template is not None}
+    dcfg = plan.configs.get("decoder")
+    if dcfg is not None and tok.vocab_size > dcfg.vocab_size:
+        problems.append(f"tokenizer has {tok.vocab_size} tokens but the model's vocabulary is {dcfg.vocab_size}")
+    return summary
