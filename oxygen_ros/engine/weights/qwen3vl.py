@@ -443,14 +443,15 @@ def inspect_qwen3vl_checkpoint(path: str | os.PathLike) -> dict:
         report["dtype"] = max(dtypes, key=dtypes.get) if dtypes else None
         report["dtypes"] = dtypes
     plan = _plan(config, kind, {n: t[1] for n, t in table.items()})
-    if files:
+    if files:       # without weights only the configs are reported
         problems.extend(plan.problems)
-    report["tie_word_embeddings"] = plan.tied
-    report["parts"] = {part: {"tensors": len(names), "parameters": sum(_count(table[s][1]) for s in names.values())}
-                       for part, names in plan.parts.items()}
-    report["parts"]["unused"] = {"tensors": len(plan.unused),
-                                 "parameters": sum(_count(table[s][1]) for s in plan.unused),
-                                 "names": plan.unused[:8]}
+        report["tie_word_embeddings"] = plan.tied
+        report["parts"] = {part: {"tensors": len(names),
+                                  "parameters": sum(_count(table[s][1]) for s in names.values())}
+                           for part, names in plan.parts.items()}
+        report["parts"]["unused"] = {"tensors": len(plan.unused),
+                                     "parameters": sum(_count(table[s][1]) for s in plan.unused),
+                                     "names": plan.unused[:8]}
     for key in ("decoder", "vision", "head"):
         if key in plan.configs:
             report[key + "_config"] = asdict(plan.configs[key])
