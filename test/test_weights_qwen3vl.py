@@ -379,3 +379,54 @@ def test_cli_on_a_broken_dir_exits_1_naming_the_problem(ckpt, tmp_path, capsys):
     # the single-file dir has no tokenizer: required for prompts, so not usable either
     assert main(["checkpoint", str(ckpt["dirs"]["single"])]) == 1
     assert "tokenizer.json" in capsys.readouterr().err
+
+
+# -- the xr0 profile end to end --------------------------------------------------------------
+def test_xr0_profile_loads_the_checkpoint_and_runs_exact_oxygen_frames(xr0):
+    """load_model("xr0", checkpoint=DIR): the checkpoint's structure, tokenizer and weights
+    (the head equal to what was saved); OxyGen frames equal isolated execution on it."""
+    import numpy as np
+
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+    from oxygen_ros.engine.weights.loading import load_model
+
+    d, config, head = xr0
+    # the checkpoint's image processing (4-pixel patches here): frames of up to 64 x 64 pixels
+    (d / "preprocessor_config.json").write_text(json.dumps(
+        {"patch_size": 4, "temporal_patch_size": 2, "merge_size": 2, "size": {"shortest_edge": 32 * 32,
+                                                                               "longest_edge": 64 * 64}}))
+    model, tok = load_model("xr0", checkpoint=str(d))
+    assert model.cfg.vision.images.max_pixels == 64 * 64
+    assert model.cfg.expert.horizon == 4 and model.cfg.expert.action_dim == 7
+    assert model.cfg.special.image_pad == tok.special_ids["image_pad"]
+    assert_same(model.expert.state_dict(), head.state_dict())
+    rng = np.random.default_rng(0)
+    obs = [Observation({"base_0_rgb": rng.integers(0, 256, (64 + 32 * f, 64, 3), dtype=np.uint8)},
+                       rng.uniform(-1, 1, 5), "pick up the cube") for f in range(3)]
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=3, max_new_tokens=8, max_len=600))
+    iso = IsolatedRunner(model, tok, EngineConfig(max_new_tokens=8, max_len=600))
+    texts = {}
+    for f, o in enumerate(obs + obs[-1:] * 8):
+        if f < 3:
+            texts[engine.submit(LanguageRequest("what now?", max_new_tokens=6, ignore_eos=True))] = f
+        noise = torch.randn(4, 7, generator=torch.Generator().manual_seed(f))
+        res = engine.step(o, noise)
+        assert np.abs(iso.action(o, noise).numpy() - res.actions).max() <= 1e-5
+        for dlt in res.deltas:
+            if dlt.done:
+                ref = []
+                iso.language(obs[texts[dlt.request_id]], LanguageRequest("what now?", max_new_tokens=6,
+                                                                         ignore_eos=True), deltas=ref)
+                assert ref[-1].full_text == dlt.full_text
+                texts.pop(dlt.request_id)
+    assert not texts
+
+
+def test_xr0_profile_needs_a_checkpoint():
+    from oxygen_ros.engine.weights.loading import load_model
+
+    with pytest.raises(ValueError, match="xr0 profile reads a Xiaomi-Robotics-0 checkpoint"):
+        load_model("xr0")

@@ -109,6 +109,12 @@ class Qwen3VLVLA(nn.Module):
         if cfg.vision.encoder.out_hidden_size != cfg.backbone.width:
             raise ValueError(f"vision out_hidden_size {cfg.vision.encoder.out_hidden_size} != text width "
                              f"{cfg.backbone.width}")
+        enc, img = cfg.vision.encoder, cfg.vision.images
+        if (img.patch_size, img.temporal_patch_size, img.merge_size) != (
+                enc.patch_size, enc.temporal_patch_size, enc.spatial_merge_size):
+            raise ValueError(f"image processing (patch {img.patch_size}, temporal {img.temporal_patch_size}, merge "
+                             f"{img.merge_size}) does not match the vision encoder (patch {enc.patch_size}, "
+                             f"temporal {enc.temporal_patch_size}, merge {enc.spatial_merge_size})")
         self.visual = Qwen3VLVisionEncoder(cfg.vision.encoder)
         self.backbone = Decoder(cfg.backbone)
         self.expert = XR0Head(cfg.expert)

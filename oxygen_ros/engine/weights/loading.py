@@ -12,6 +12,7 @@ Profiles (oxygen_ros.engine.config):
   `checkpoint` may name another GGUF file of the same model.
 - pi05 / pi05-quarter with a checkpoint: oxygen_ros.engine.weights.pi05.load_pi05.
 - pi05-quarter without a checkpoint: random weights and WideByteTokenizer (below).
+- xr0 with a checkpoint: engine/weights/qwen3vl.load_xr0.
 - qwen3vl-tiny / xr0-cpu (engine/qwen3vl_profiles.py): random weights, the byte tokenizer
   (tiny; ChatML and image ids above its bytes) or WideByteTokenizer (xr0-cpu).
 """
@@ -87,6 +88,14 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
             raise ValueError(f"the {name} profile has random weights; a checkpoint is for the xr0 profile")
         model = build_random_qwen3vl(cfg)
         tok = ByteTokenizer() if name == "qwen3vl-tiny" else WideByteTokenizer(cfg.backbone.vocab_size)
+    elif name == "xr0":
+        if not checkpoint:
+            raise ValueError("the xr0 profile reads a Xiaomi-Robotics-0 checkpoint directory: pass "
+                             "checkpoint=<dir with config.json, model.safetensors(.index.json), tokenizer.json>; "
+                             "xr0-cpu has random weights")
+        from .qwen3vl import load_xr0
+
+        return load_xr0(checkpoint, tokenizer_path, dtype, device)
     elif name in ("pi05", "pi05-quarter"):
         if checkpoint:
             from .pi05 import load_pi05   # lazy: only pi0.5 users need it

@@ -473,3 +473,47 @@ def _tokenizer_summary(directory: Path, config: dict, kind: str, plan: _Plan, pr
     if dcfg is not None and tok.vocab_size > dcfg.vocab_size:
         problems.append(f"tokenizer has {tok.vocab_size} tokens but the model's vocabulary is {dcfg.vocab_size}")
     return summary
+
+
+# -- the whole model ------------------------------------------------------------------------
+def load_xr0(path, tokenizer_path: str | None = None, dtype: str = "float32", device: str = "cpu",
+             image_size: int = 224, resize_mode: str = "pil"):
+    """(Qwen3VLVLA, Qwen3VLTokenizer) of an XR-0 checkpoint directory: the structure from
+    its config.json, the special ids from its tokenizer, the image processing from its
+    preprocessor_config.json (if present; `resize_mode` pil = the slow processor the
+    deploy code loads), every tensor loaded strictly. The model is built on the CPU in
+    float32 and then moved (a 4B model needs ~17 GB of host memory while loading)."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from ..config import parse_dtype
+    from ..model.qwen3vl_vla import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
+    from ..policy_io.qwen3vl_images import Qwen3VLImageSettings
+    from .qwen3vl_tokenizer import Qwen3VLTokenizer
+
+    ck = read_qwen3vl_checkpoint(path)
+    if ck.head is None:
+        raise Qwen3VLCheckpointError(f"{path}: a Qwen3-VL checkpoint without an action head; the xr0 "
+                                     "profile needs a Xiaomi-Robotics-0 checkpoint (MiBoTForActionGeneration)")
+    tok = Qwen3VLTokenizer.from_dir(tokenizer_path or path)
+    ids = tok.special_ids
+    missing = [k for k in ("im_start", "im_end", "vision_start", "vision_end", "image_pad") if ids.get(k) is None]
+    if missing:
+        raise Qwen3VLCheckpointError(f"{path}: the tokenizer lacks the special tokens {missing}")
+    pre = Path(path) / "preprocessor_config.json"
+    vision = ck.vision_config()
+    images = (Qwen3VLImageSettings.from_hf_dict(json.loads(pre.read_text()), resize_mode) if pre.is_file()
+              else Qwen3VLImageSettings(patch_size=vision.patch_size, temporal_patch_size=vision.temporal_patch_size,
+                                        merge_size=vision.spatial_merge_size, resize_mode=resize_mode))
+    cfg = Qwen3VLModelConfig(
+        name="xr0", vision=Qwen3VLVision(vision, images, image_size), backbone=ck.decoder_config(),
+        expert=ck.head_config(),
+        special=SpecialIds(ids["im_start"], ids["im_end"], ids["vision_start"], ids["vision_end"], ids["image_pad"]))
+    model = Qwen3VLVLA(cfg)
+    model.visual.load_state_dict(ck.visual, strict=True)
+    model.backbone.load_state_dict(ck.language, strict=True)
+    model.expert.load_state_dict(ck.head, strict=True)
+    model = model.to(device=torch.device(device), dtype=parse_dtype(dtype))
+    return model.eval().pack_weights(), tok
