@@ -275,3 +275,27 @@ def test_greedy_through_the_pool_matches_generate(pair, tok, kind):
     assert d_ext <= TOL and first_diff <= TOL
     assert tokens == ref_tokens
     assert len(set(tokens)) > 1      # not a degenerate repeat of one token
+
+
+@pytest.mark.parametrize("kind", ["text", "two"])
+def test_prefix_hidden_states_equal_output_hidden_states(pair, tok, kind):
+    """The prefill's per-layer hidden states in the pool (what a hidden-state reader such
+    as StarVLA's head consumes) equal transformers' output_hidden_states: the embeddings,
+    every layer's output (before DeepStack's addition), the last one normed."""
+    from oxygen_ros.engine.kv_pool import KVPool
+
+    hf, ours = pair
+    imgs, text_ids, ids, pixels, grids = hf_prompt(tok, kind)
+    hf.model.rope_deltas = None
+    with torch.no_grad():
+        ref = hf(**hf_inputs(ids, pixels, grids), output_hidden_states=True).hidden_states
+        prefix = ours.prefix(imgs, text_ids, STATE, tok)
+        bb = ours.cfg.backbone
+        pool = KVPool(bb.depth, 1, prefix.shape[1] + 8, bb.num_kv_heads, bb.head_dim, hidden_width=bb.width)
+        ours.prefill(prefix, pool, 0)
+    n = prefix.shape[1]
+    assert pool.hidden.shape[0] == len(ref) == bb.depth + 1
+    diffs = [(pool.hidden[i, :n] - ref[i][0]).abs().max().item() for i in range(len(ref))]
+    print(f"{kind}: hidden states per layer max |diff| {max(diffs):.2e}")
+    assert max(diffs) <= TOL
+    assert (pool.hidden[bb.depth, :n] - pool.hidden[bb.depth - 1, :n]).abs().max() > 1e-2   # the norm is there

@@ -11,6 +11,11 @@ is full.
 `offsets[slot]` is the position offset of the slot's prefix (Qwen3-VL's rope_delta: a
 token at cache index i has position i + offset; 0 for 1-D RoPE models): it travels with
 the slot's K/V when a prefix is forked or a slot moves, so each request keeps its own.
+
+`hidden` (when the profile has a consumer of them, e.g. StarVLA's head): the current
+frame's prefix hidden states per layer, [depth + 1, max_len, width], written by the
+prefill as transformers' output_hidden_states lays them out (see Decoder.forward).
+Allocated once here; language requests never fork it (they need only K/V).
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ class PoolFullError(RuntimeError):
 
 class KVPool:
     def __init__(self, depth: int, capacity: int, max_len: int, kv_heads: int, head_dim: int,
-                 dtype=torch.float32, device="cpu"):
+                 dtype=torch.float32, device="cpu", hidden_width: int = 0):
         if capacity < 1 or max_len < 1:
             raise ValueError("KV pool needs capacity >= 1 and max_len >= 1")
         self.capacity = capacity
@@ -33,11 +38,14 @@ class KVPool:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.lengths = [0] * (capacity + 1)   # valid KV entries per slot
         self.offsets = torch.zeros(capacity + 1, dtype=torch.long, device=device)
+        self.hidden = (torch.zeros(depth + 1, max_len, hidden_width, dtype=dtype, device=device)
+                       if hidden_width else None)
         self.live = 0
 
     @property
     def bytes_total(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
+        extra = 0 if self.hidden is None else self.hidden.numel() * self.hidden.element_size()
+        return 2 * self.k.numel() * self.k.element_size() + extra
 
     @property
     def bytes_per_token(self) -> int:

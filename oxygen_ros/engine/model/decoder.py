@@ -127,17 +127,27 @@ class Decoder(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice, write_at,
                 read_len: int, mask: torch.Tensor | None, visual_mask: torch.Tensor | None = None,
-                deepstack: list[torch.Tensor] | None = None) -> torch.Tensor:
+                deepstack: list[torch.Tensor] | None = None, hidden_out: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, T, W] -> hidden states [B, T, W] (before the final norm).
 
         positions: [B, T], or [3, B, T] (t, h, w) where the config has mrope_section.
         deepstack (DeepStack): deepstack[i] [n_image_tokens, W] is added after layer i
         to the rows at visual_mask (bool [B, T], row-major order), i < len(deepstack).
+        hidden_out [depth + 1, >= T, W] (one row, B = 1): the per-layer hidden states as
+        transformers' output_hidden_states has them: [0] the input embeddings, [i + 1]
+        layer i's output (before DeepStack's addition), the last one after the final norm.
         """
         rope = self.rope.tables(positions, x.dtype)
         n_stack = self._check_deepstack(x, visual_mask, deepstack)
+        t = x.shape[1]
+        if hidden_out is not None:
+            if x.shape[0] != 1 or hidden_out.shape[0] != len(self.layers) + 1 or hidden_out.shape[1] < t:
+                raise ValueError(f"hidden_out must be [{len(self.layers) + 1}, >= {t}, W] for one row")
+            hidden_out[0, :t] = x[0]
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, CacheView(pool.k[i], pool.v[i], slots, write_at, read_len), mask)
+            if hidden_out is not None:
+                hidden_out[i + 1, :t] = self.norm(x)[0] if i == len(self.layers) - 1 else x[0]
             if i < n_stack:
                 # x + 0 off the image rows, x + feature on them: the reference's values,
                 # with no host sync (graph capturable)

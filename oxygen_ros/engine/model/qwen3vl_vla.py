@@ -212,7 +212,7 @@ class Qwen3VLVLA(nn.Module):
             raise ValueError(f"prefix of {length} tokens exceeds the KV slot length {pool.max_len}")
         mask = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()[None, None]
         hidden = self.backbone(prefix.embeds, prefix.positions, pool, slice(slot, slot + 1), 0, length, mask,
-                               prefix.visual_mask, prefix.deepstack or None)
+                               prefix.visual_mask, prefix.deepstack or None, pool.hidden)
         pool.lengths[slot] = length
         pool.offsets[slot] = prefix.rope_delta
         return hidden
