@@ -119,3 +119,52 @@ def test_bad_camera_images_are_clear_errors():
     o.state[0] = np.nan
     with pytest.raises(ObservationError, match="NaN"):
         model.observation_prefix(o, tok)
+
+
+# -- several action experts on one prefix --------------------------------------------------
+def multi_expert_model(extra):
+    import dataclasses
+
+    from oxygen_ros.engine.model.qwen3vl_vla import ExtraExpert
+
+    cfg = dataclasses.replace(get_config("qwen3vl-tiny"), name="qwen3vl-tiny-multi",
+                              extra_experts=tuple(ExtraExpert(n, c) for n, c in extra))
+    return build_random_qwen3vl(cfg), ByteTokenizer()
+
+
+def second_xr0():
+    from oxygen_ros.engine.model.xr0_head import XR0HeadConfig
+
+    # another XR-0-style head: its own depth (reads the last backbone layer), chunk and state
+    return XR0HeadConfig(depth=1, width=32, num_heads=2, head_dim=16, mlp_dim=64, action_dim=6, horizon=5,
+                         state_dim=4, denoise_steps=3, time_embed_dim=16)
+
+
+def test_every_expert_runs_on_the_one_prefill_and_equals_its_isolated_run():
+    """A frame runs the first expert, then each further one in order on the same prefix,
+    then language; each chunk equals that expert run alone from its own prefill with the
+    same noise (1e-5), as in the sequential baseline; each expert has its phase."""
+    from oxygen_ros.engine.bench.baselines import SequentialEngine
+
+    model, tok = multi_expert_model([("hands", second_xr0())])
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=4, max_new_tokens=8, steps_per_frame=2))
+    iso = IsolatedRunner(model, tok, EngineConfig(max_new_tokens=8))
+    seq = SequentialEngine(model, tok, EngineConfig(max_new_tokens=8))
+    for f in range(4):
+        o = observation(f)
+        noise = torch.randn(10, 8, generator=torch.Generator().manual_seed(f))
+        hands = torch.randn(5, 6, generator=torch.Generator().manual_seed(100 + f))
+        engine.submit(LanguageRequest("status?", max_new_tokens=3, ignore_eos=True))
+        res = engine.step(o, noise, expert_noise={"hands": hands})
+        alone = seq.step(o, noise, expert_noise={"hands": hands})
+        assert set(res.expert_actions) == {"hands"} and res.expert_actions["hands"].shape == (5, 6)
+        assert np.abs(iso.expert_action(o, "hands", hands) - res.expert_actions["hands"]).max() <= 1e-5
+        assert np.abs(alone.expert_actions["hands"] - res.expert_actions["hands"]).max() <= 1e-5
+        assert np.abs(iso.action(o, noise).numpy() - res.actions).max() <= 1e-5
+        t = res.timings_ms
+        assert t["action:hands"] > 0 and t["chunk"] <= t["chunk:hands"] <= t["total"]
+
+
+def test_expert_names_must_be_distinct():
+    with pytest.raises(ValueError, match="distinct"):
+        multi_expert_model([("hands", second_xr0()), ("hands", second_xr0())])

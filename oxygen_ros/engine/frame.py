@@ -23,6 +23,7 @@ class FrameResult:
     actions: np.ndarray                     # [horizon, action_dim]
     deltas: list[TextDelta] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)   # PHASES + "chunk" + "total"
+    expert_actions: dict[str, np.ndarray] = field(default_factory=dict)   # the further experts' chunks
     decode_steps: int = 0
     live_requests: int = 0
     queued_requests: int = 0
@@ -39,6 +40,9 @@ class ChunkResult:
     frame_index: int
     actions: np.ndarray                     # [horizon, action_dim], the model's space
     timings_ms: dict[str, float] = field(default_factory=dict)   # phases so far + "chunk"
+    # a model with several action experts on its prefix: the further experts' chunks by
+    # name (their phases "action:<name>", ready at "chunk:<name>")
+    expert_actions: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class PhaseTimer:
@@ -64,7 +68,7 @@ class PhaseTimer:
         return self
 
     def __exit__(self, *exc):
-        self.ms[self._phase] += (time.perf_counter() - self._start) * 1e3
+        self.ms[self._phase] = self.ms.get(self._phase, 0.0) + (time.perf_counter() - self._start) * 1e3
         return False
 
     def result(self) -> dict[str, float]:

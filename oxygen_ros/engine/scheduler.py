@@ -124,6 +124,30 @@ class EngineBase:
             return torch.randn(e.horizon, e.action_dim, generator=self._noise)
         return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
 
+    def extra_experts(self) -> tuple:
+        """The model's further action experts (model/qwen3vl_vla.ExtraExpert), after its first."""
+        return tuple(getattr(self.model.cfg, "extra_experts", ()))
+
+    def expert_noise(self, expert, given: dict | None) -> torch.Tensor:
+        e = expert.cfg
+        noise = (given or {}).get(expert.name)
+        if noise is None:
+            return torch.randn(e.horizon, e.action_dim, generator=self._noise)
+        return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
+
+    def run_extra_experts(self, pool, slot: int, plen: int, prefix, timer: PhaseTimer,
+                          expert_noise: dict | None = None) -> dict:
+        """Every further expert's chunk on the frame's prefix in `slot`, in order, each timed
+        as phase "action:<name>" and marked "chunk:<name>" when ready."""
+        out = {}
+        for i, expert in enumerate(self.extra_experts(), start=1):
+            noise = self.expert_noise(expert, expert_noise)
+            with timer(f"action:{expert.name}"):
+                chunk = self.model.sample_actions(pool, slot, plen, noise, prefix=prefix, expert=i)
+                out[expert.name] = chunk.float().cpu().numpy()
+            timer.mark(f"chunk:{expert.name}")
+        return out
+
     def prompt_ids(self, req: LanguageRequest) -> list[int]:
         if hasattr(self.model, "request_ids"):       # a chat model's turn markup around the prompt
             return self.model.request_ids(self.tok, req.prompt)
@@ -177,11 +201,12 @@ class OxygenEngine(EngineBase):
         return self.pool.free_slots + self.config.max_queue - len(self.pending)
 
     @torch.inference_mode()
-    def act(self, obs: Observation, noise=None, rtc=None) -> ChunkResult:
+    def act(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None) -> ChunkResult:
         """The frame's first half: prefill the observation once and sample the action
-        chunk (guided by `rtc`, an engine.rtc.RTCGuide, where given). The chunk is handed
-        out before any language work, so a caller publishes it at once; `talk()` then
-        admits and decodes and finishes the frame."""
+        chunk (guided by `rtc`, an engine.rtc.RTCGuide, where given), then every further
+        expert's on the same prefix (`expert_noise`: their noise by name). The chunks are
+        handed out before any language work, so a caller publishes them at once; `talk()`
+        then admits and decodes and finishes the frame."""
         if self._open is not None:
             raise RuntimeError("act() called twice: call talk() to finish the frame first")
         timer = PhaseTimer()
@@ -194,8 +219,9 @@ class OxygenEngine(EngineBase):
         with timer("action"):
             actions = self.chunk.sample(plen, self.frame_noise(noise), rtc).float().cpu().numpy()
         timer.mark("chunk")
-        self._open = (timer, staging, plen, actions)
-        return ChunkResult(self.frame_index, actions, dict(timer.ms, chunk=timer.marks["chunk"]))
+        extra = self.run_extra_experts(self.pool, staging, plen, prefix, timer, expert_noise)
+        self._open = (timer, staging, plen, actions, extra)
+        return ChunkResult(self.frame_index, actions, {**timer.ms, **timer.marks}, extra)
 
     @torch.inference_mode()
     def talk(self) -> FrameResult:
@@ -203,7 +229,7 @@ class OxygenEngine(EngineBase):
         the decode budget over every live request. Returns the whole frame's result."""
         if self._open is None:
             raise RuntimeError("talk() without act(): no frame is open")
-        (timer, staging, plen, actions), self._open = self._open, None
+        (timer, staging, plen, actions, extra), self._open = self._open, None
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)
@@ -217,7 +243,7 @@ class OxygenEngine(EngineBase):
             self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
         result = FrameResult(
             frame_index=self.frame_index, actions=actions, deltas=deltas,
-            timings_ms=timer.result(), decode_steps=steps, live_requests=len(self.live),
+            timings_ms=timer.result(), expert_actions=extra, decode_steps=steps, live_requests=len(self.live),
             queued_requests=len(self.pending),
             tokens_emitted=self.tokens_this_frame,
             kv_bytes_in_use=self.pool.bytes_in_use())
@@ -234,9 +260,9 @@ class OxygenEngine(EngineBase):
         self._open = None
         return (time.perf_counter() - t0) * 1e3
 
-    def step(self, obs: Observation, noise=None, rtc=None) -> FrameResult:
+    def step(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None) -> FrameResult:
         """A whole frame: act() then talk()."""
-        self.act(obs, noise, rtc)
+        self.act(obs, noise, rtc, expert_noise)
         return self.talk()
 
     def _admit(self, staging: int, plen: int, deltas: list[TextDelta]) -> None:

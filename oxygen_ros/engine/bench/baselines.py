@@ -43,6 +43,20 @@ class IsolatedRunner(EngineBase):
         return actions
 
     @torch.inference_mode()
+    def expert_action(self, obs: Observation, name: str, noise, timer: PhaseTimer | None = None):
+        """A further expert's chunk alone (numpy [H, D]), from its own prefill."""
+        timer = timer or PhaseTimer()
+        prefix = self.prefix_embeddings(obs, timer)
+        with timer("prefill"):
+            self.model.prefill(prefix, self.pool, 0)
+        names = [e.name for e in self.extra_experts()]
+        expert = self.extra_experts()[names.index(name)]
+        with timer(f"action:{name}"):
+            chunk = self.model.sample_actions(self.pool, 0, prefix.shape[1], self.expert_noise(expert, {name: noise}),
+                                              prefix=prefix, expert=names.index(name) + 1)
+        return chunk.float().cpu().numpy()
+
+    @torch.inference_mode()
     def language(self, obs: Observation, req: LanguageRequest, timer: PhaseTimer | None = None,
                  deltas: list[TextDelta] | None = None) -> list[int]:
         """Greedy-decode one request alone from its own prefill; returns its tokens."""
@@ -72,16 +86,21 @@ class IsolatedRunner(EngineBase):
 class SequentialEngine(IsolatedRunner):
     """Isolated execution: the action with its own prefill, then each request alone."""
 
-    def step(self, obs: Observation, noise=None, rtc=None) -> FrameResult:
+    def step(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None) -> FrameResult:
         timer = PhaseTimer()
         self.tokens_this_frame = 0
         actions = self.action(obs, noise, timer, rtc)
+        # every further expert alone too: its own prefill, as without a shared prefix
+        extra = {e.name: self.expert_action(obs, e.name, self.expert_noise(e, expert_noise), timer)
+                 for e in self.extra_experts()}
         deltas: list[TextDelta] = []
         while self.pending:
             req = self.pending.popleft()
             req.start_frame = self.frame_index
             self.language(obs, req, timer, deltas)
-        return _result(self, actions, deltas, timer, live=0, kv=0)
+        res = _result(self, actions, deltas, timer, live=0, kv=0)
+        res.expert_actions = extra
+        return res
 
 
 class SharedEngine(OxygenEngine):

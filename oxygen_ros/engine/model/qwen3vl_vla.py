@@ -15,7 +15,10 @@ What differs from pi0.5 and how it stays exact under OxyGen:
   vision_start, its image tokens, vision_end, then the instruction); a language request
   continues that turn and opens the assistant's (`request_ids`);
 - the action head reads the tail layers' prefix K/V in place (model/xr0_head.py), its
-  positions from the prefix's max position + 1 = prefix length + rope_delta.
+  positions from the prefix's max position + 1 = prefix length + rope_delta;
+- further action experts (`extra_experts`) run on the same prefix, in order, after the
+  first: XR-0-style heads read its K/V, hidden-state readers (StarVLA's PI_v3 head) the
+  per-layer hidden states the prefill keeps in the pool (KVPool.hidden).
 CUDA graphs and the native fused action path are pi0.5's (VLAModel) only: this model
 runs eagerly (`supports_graphs` False).
 """
@@ -68,6 +71,14 @@ class SpecialIds:
 
 
 @dataclass(frozen=True)
+class ExtraExpert:
+    """A further action expert on the shared prefix: its name (its chunks' key in the
+    engine's results) and its config (XR0HeadConfig, or a hidden-state reader's)."""
+    name: str
+    cfg: object
+
+
+@dataclass(frozen=True)
 class Qwen3VLModelConfig:
     name: str
     vision: Qwen3VLVision
@@ -78,7 +89,12 @@ class Qwen3VLModelConfig:
     prefix_attention: str = "causal"
     max_prompt_tokens: int = 200
     seed: int = 0
+    extra_experts: tuple[ExtraExpert, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def reads_hidden_states(self) -> bool:
+        return any(reads_hidden(e.cfg) for e in self.extra_experts)
 
     def with_expert(self, **kw) -> "Qwen3VLModelConfig":
         return replace(self, expert=replace(self.expert, **kw))
@@ -120,6 +136,10 @@ class Qwen3VLVLA(nn.Module):
         self.expert = XR0Head(cfg.expert)
         bb = cfg.backbone
         self.expert.check_backbone(bb.num_kv_heads, bb.head_dim, bb.depth)
+        self.extra_experts = nn.ModuleList(build_expert(e.cfg, bb) for e in cfg.extra_experts)
+        names = [e.name for e in cfg.extra_experts]
+        if len(set(names)) != len(names) or any(not n for n in names):
+            raise ValueError(f"extra experts need distinct non-empty names, got {names}")
 
     # -- what the engine asks of every model --------------------------------------------
     @property
@@ -153,7 +173,7 @@ class Qwen3VLVLA(nn.Module):
     def new_pool(self, capacity: int, max_len: int) -> KVPool:
         bb = self.cfg.backbone
         return KVPool(bb.depth, capacity, max_len, bb.num_kv_heads, bb.head_dim, dtype=self.dtype,
-                      device=self.device)
+                      device=self.device, hidden_width=bb.width if self.cfg.reads_hidden_states else 0)
 
     # -- the observation prefix ------------------------------------------------------------
     def observation_prefix(self, obs, tok) -> Prefix:
@@ -217,21 +237,32 @@ class Qwen3VLVLA(nn.Module):
         pool.offsets[slot] = prefix.rope_delta
         return hidden
 
+    def expert_config(self, expert: int = 0):
+        """Expert 0 is cfg.expert, then cfg.extra_experts in order."""
+        return self.cfg.expert if expert == 0 else self.cfg.extra_experts[expert - 1].cfg
+
     def sample_actions(self, pool: KVPool, slot: int, prefix_len: int, noise: torch.Tensor,
-                       fused: bool = False, rtc=None, prefix: Prefix | None = None) -> torch.Tensor:
-        """XR-0's action chunk [H, action_dim] from the prefix K/V in `slot` (read in place)
-        and the prefix's state. `fused` has no effect (pi0.5's native path)."""
+                       fused: bool = False, rtc=None, prefix: Prefix | None = None,
+                       expert: int = 0) -> torch.Tensor:
+        """Expert `expert`'s action chunk [H, action_dim] from the frame's prefix in `slot`
+        (K/V, or the pool's hidden states, read in place) and the prefix's state. `fused`
+        has no effect (pi0.5's native path)."""
         if prefix is None:
-            raise ValueError("the XR-0 head reads the frame's state: pass the frame's prefix")
-        if rtc is not None and rtc.active(self.cfg.expert.horizon):
-            raise ValueError("Real-Time Chunking guidance is not available for the XR-0 head yet: "
-                             "set rtc_mode off")
-        e = self.cfg.expert
+            raise ValueError("the action heads read the frame's state: pass the frame's prefix")
+        e = self.expert_config(expert)
+        if rtc is not None and rtc.active(e.horizon):
+            raise ValueError("Real-Time Chunking guidance is not available for these heads yet: set rtc_mode off")
+        head = self.expert if expert == 0 else self.extra_experts[expert - 1]
+        x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
+        if reads_hidden(e):
+            return head.sample_actions(pool.hidden[:, None, :prefix_len], x)[0]
         if prefix_len + e.tokens > pool.max_len:
             raise ValueError("KV slot too short for prefix + action head tokens")
-        x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
         next_position = prefix_len + int(pool.offsets[slot])
-        return self.expert.sample_actions(pool.k, pool.v, slot, prefix_len, next_position, prefix.state, x)[0]
+        state = prefix.state[:, :e.state_dim]
+        if state.shape[1] < e.state_dim:
+            state = torch.nn.functional.pad(state, (0, e.state_dim - state.shape[1]))
+        return head.sample_actions(pool.k, pool.v, slot, prefix_len, next_position, state, x)[0]
 
     # -- language ----------------------------------------------------------------------------
     def extend(self, ids: torch.Tensor, pool: KVPool, first_slot: int, start: int) -> torch.Tensor:
@@ -264,6 +295,24 @@ class Qwen3VLVLA(nn.Module):
 
     def greedy_next(self, hidden_rows: torch.Tensor) -> torch.Tensor:
         return self.backbone.logits(hidden_rows).argmax(dim=-1)
+
+
+def reads_hidden(expert_cfg) -> bool:
+    """Whether an expert reads the prefix's hidden states (else its K/V)."""
+    return getattr(expert_cfg, "reads", "kv") == "hidden_states"
+
+
+def build_expert(expert_cfg, bb: DecoderConfig) -> nn.Module:
+    """The head module of an extra expert's config, checked against the backbone."""
+    if isinstance(expert_cfg, XR0HeadConfig):
+        head = XR0Head(expert_cfg)
+        head.check_backbone(bb.num_kv_heads, bb.head_dim, bb.depth)
+        return head
+    from .pi_v3_head import PIv3Head, PIv3HeadConfig   # lazy: only multi-expert profiles use it
+
+    if isinstance(expert_cfg, PIv3HeadConfig):
+        return PIv3Head(expert_cfg)
+    raise ValueError(f"unknown action expert config {type(expert_cfg).__name__}")
 
 
 def build_random_qwen3vl(cfg: Qwen3VLModelConfig, seed: int | None = None) -> Qwen3VLVLA:

@@ -68,6 +68,18 @@ ASSUMPTIONS (marked because the processor source was not readable):
 - A4 robot actions = the dims active in the mask (any timestep), in dim order; for
   LIBERO/CALVIN statistics that are non-zero on dims 0..6 only this equals the clients'
   [:7] cut. If a checkpoint's std is non-zero past the robot's dims, pass active_dims=.
+
+In the node (node/params.py, policy_io "xr0"), XR0PolicyIO stands in for PolicyIO:
+`observation(images, state, task, stamp)` gives the engine's Observation (the camera
+frames in our model's slots base_0_rgb, left_wrist_0_rgb = the prompt's [base,
+wrist_left]; the raw state zero-padded to state_dim; `prompt_ids` = the tokens the
+Qwen3-VL prefix (model/qwen3vl_vla.py) puts after the last image: the deploy prompt's
+tail "\nGenerate robot actions for the task:\n{instruction} /no_cot"; the robot type and
+its action mask in `extra`), `actions(chunk, state)`, `model_actions`, `action_dims`,
+`convention`, `action_rate_hz`, `summary()`. What that prefix does NOT yet reproduce of
+the deploy prompt (the view headings between the images, the closed user turn and the
+"<cot></cot>" assistant turn) is what `prompt_segments()` / `deploy_prompt_ids()` spell
+out; the model's chunk horizon must be the robot type's (`horizon()`; the node sets it).
 """
 from __future__ import annotations
 
@@ -75,10 +87,11 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from . import checkpoint as ckpt
 from .errors import PolicyIOError
 from .qwen3vl_images import RESIZE_MODES, Qwen3VLImageSettings, qwen3vl_pixels
 
@@ -95,6 +108,11 @@ SINGLE_VIEW_MARKERS = ("bridge", "fractal")  # deploy/server.py: text = language
 # action_config decides what a given checkpoint accepts).
 OFFICIAL_ROBOT_TYPES = ("libero_all", "calvin_abcd_orig", "calvin_abc_orig",
                         "agibot_pt_v3", "droid_pt", "midata_mix_ann_pt_v1", "molmoact_pt")
+# Our Qwen3-VL model's camera slots (model/qwen3vl_vla.py) for the prompt's two views, in
+# the prompt's order [base, wrist_left]; bridge/fractal types use the first only.
+MODEL_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
+MAX_PROMPT_TOKENS = 200                      # Qwen3VLModelConfig.max_prompt_tokens' default
+IMAGE_TEXT = "<|vision_start|><|image_pad|><|vision_end|>"
 EXPECTED_FORMAT = ('"action_config": {"<robot_type>": {"mean": [[32 floats] x H], '
                    '"std": [[32 floats] x H]}} (a leading [1, H, 32] batch axis is accepted)')
 
@@ -184,6 +202,13 @@ class XR0PolicyIO:
     unnormalize_eps: float = 0.0
     mask_threshold: float = MASK_THRESHOLD
     delta_dims: dict[str, tuple[int, ...]] = field(default_factory=dict)  # robot_type -> dims
+    # -- what the node reads (PolicyIO's names) --
+    tokenizer: Any = None                      # anything with encode(text): the checkpoint's
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS
+    action_rate_hz: float | None = None        # the data's rate, where a checkpoint file says it
+    action_rate_source: str = ""
+    camera_slots: tuple[str, ...] = MODEL_SLOTS
+    convention: str = field(default="xr0", init=False)
 
     # ------------------------------------------------------------ robot types
     @property
@@ -373,9 +398,112 @@ class XR0PolicyIO:
                                 f"({'[base]' if want == 1 else '[base, wrist_left]'}), got {len(frames)} frames")
         return qwen3vl_pixels(list(frames), self.image_settings, device=device)
 
+    # ------------------------------------------------------------ the node's interface
+    @property
+    def action_dims(self) -> int:
+        """Robot action dimensions of the default robot type (its active dims)."""
+        return len(self.active_dims())
+
+    def prompt_tail(self, instruction: str, robot_type: str | None = None) -> str:
+        """The deploy prompt's text after the last image and before <|im_end|>: what our
+        Qwen3-VL prefix (which puts `<|im_start|>user\\n`, the images, then obs.prompt_ids)
+        can carry of it. Bridge/fractal types have no such tail (the client's own text)."""
+        if self.single_view(robot_type):
+            raise PolicyIOError("bridge/fractal robot types take the client's own prompt text "
+                                "(deploy/server.py passes `language` verbatim), which the node cannot build")
+        if not isinstance(instruction, str):
+            raise PolicyIOError(f"instruction must be a string, got {type(instruction).__name__}")
+        return f"\nGenerate robot actions for the task:\n{instruction} /no_cot"
+
+    def prompt_segments(self, instruction: str, robot_type: str | None = None,
+                        view_labels: Sequence[str] = VIEW_LABELS) -> list[str | None]:
+        """prompt_text() split at its images: text, None (an image: vision_start, the
+        image's pads, vision_end), text, None, text. Joined with IMAGE_TEXT for each None it
+        is prompt_text() again; token for token, each text piece is encoded on its own (the
+        special tokens around the images split the text there anyway)."""
+        text = self.prompt_text(instruction, robot_type, view_labels)
+        if self.single_view(robot_type):
+            return [text]
+        pieces = text.split(IMAGE_TEXT)
+        out: list[str | None] = [pieces[0]]
+        for piece in pieces[1:]:
+            out += [None, piece]
+        return out
+
+    def deploy_prompt_ids(self, instruction: str, image_tokens: Sequence[int], tokenizer=None,
+                          robot_type: str | None = None) -> list[int]:
+        """The deploy path's whole token sequence for a frame: prompt_text() with each image's
+        <|image_pad|> expanded to its token count (image_tokens, in image order, e.g.
+        qwen3vl_images.image_token_count(grids, merge_size)) and tokenised at once, as the
+        processor does. The reference a prefix that reproduces the deploy prompt must equal."""
+        tokenizer = tokenizer or self.tokenizer
+        if tokenizer is None:
+            raise PolicyIOError("no tokenizer: pass one or set XR0PolicyIO.tokenizer")
+        segments = self.prompt_segments(instruction, robot_type)
+        images = segments.count(None)
+        if len(image_tokens) != images:
+            raise PolicyIOError(f"the prompt has {images} image(s), got {len(image_tokens)} token counts")
+        counts = iter(image_tokens)
+        text = "".join(s if s is not None else
+                       "<|vision_start|>" + "<|image_pad|>" * int(next(counts)) + "<|vision_end|>" for s in segments)
+        return list(tokenizer.encode(text))
+
+    def prompt_tokens(self, task: str, state=None, tokenizer=None) -> list[int]:
+        """obs.prompt_ids for our prefix: the tokens of prompt_tail(task). Longer than
+        max_prompt_tokens is an error (cutting would drop the task's end and " /no_cot")."""
+        tokenizer = tokenizer or self.tokenizer
+        if tokenizer is None:
+            raise PolicyIOError("no tokenizer: pass one or set XR0PolicyIO.tokenizer")
+        ids = list(tokenizer.encode(self.prompt_tail(task)))
+        if len(ids) > self.max_prompt_tokens:
+            raise PolicyIOError(f"the XR-0 prompt tail takes {len(ids)} tokens, more than {self.max_prompt_tokens}: "
+                                "shorten the instruction")
+        return ids
+
+    def slot_frames(self, images: dict, robot_type: str | None = None) -> dict:
+        """{model slot: HxWx3 uint8} for the prompt's views, in prompt order; missing views,
+        extra cameras and bad frames are PolicyIOErrors."""
+        if not isinstance(images, dict):
+            raise PolicyIOError(f"images must be a dict of camera slot -> HxWx3 uint8, got {type(images).__name__}")
+        want = self.camera_slots[: self.expected_images(robot_type)]
+        extra = sorted(k for k, v in images.items() if k not in want and v is not None)
+        if extra:
+            raise PolicyIOError(f"XR-0 takes {len(want)} camera(s) {list(want)} (the prompt's "
+                                f"{'[base]' if len(want) == 1 else '[base, wrist_left]'}), got extra {extra}")
+        missing = [k for k in want if images.get(k) is None]
+        if missing:
+            raise PolicyIOError(f"XR-0's prompt needs every view {list(want)}; missing {missing}")
+        for k in want:
+            img = images[k]
+            if not isinstance(img, np.ndarray) or img.ndim != 3 or img.shape[2] != 3 or img.size == 0 \
+                    or img.dtype != np.uint8:
+                raise PolicyIOError(f"camera {k}: expected a non-empty HxWx3 uint8 array, got "
+                                    f"{getattr(img, 'dtype', type(img).__name__)} shape {getattr(img, 'shape', None)}")
+        return {k: images[k] for k in want}
+
+    def observation(self, images: dict, state, task: str, stamp: float = 0.0):
+        """The engine's Observation for one frame (PolicyIO.observation's contract): the
+        views in our model's slots, the state as the model reads it (raw, zero-padded to
+        state_dim: the deploy path normalises nothing), prompt_ids = prompt_tokens(task),
+        and in `extra` the robot type and its action mask (bool [action_dim]; the deploy
+        model multiplies the noisy action by it)."""
+        from ..observation import Observation
+
+        name, stats = self._robot(None)
+        frames = self.slot_frames(images, name)
+        return Observation(images=frames, state=self.state_vector(state, name).astype(np.float64),
+                           instruction=task, stamp=stamp, prompt_ids=self.prompt_tokens(task, state),
+                           extra={"robot_type": name, "action_mask": stats.mask.any(axis=0).copy(),
+                                  "model_action_mask": stats.mask.astype(np.float32)})
+
     # ------------------------------------------------------------ summary
     def summary(self) -> dict:
+        rate = self.action_rate_hz or "not in the checkpoint (set action_rate_hz)"
+        default = {} if self.robot_type is None else {
+            "horizon": self.horizon(), "action_dims": self.action_dims,
+            "active_dims": list(self.active_dims()), "camera_slots": list(self.camera_slots[: self.expected_images()])}
         return {"checkpoint_dir": str(self.checkpoint_dir), "convention": "xr0",
+                **default, "action_rate_hz": rate,
                 "stats_file": str(self.stats_file), "robot_type": self.robot_type,
                 "robot_types": {name: {"horizon": s.horizon, "active_dims": list(s.active_dims),
                                        "delta_dims": list(self._delta(name)),
@@ -474,7 +602,9 @@ def load_xr0_policy_io(checkpoint_dir: str | os.PathLike, robot_type: str | None
     else:
         settings = Qwen3VLImageSettings(resize_mode=resize_mode)
         source = "Qwen3-VL defaults (no preprocessor_config.json)"
+    rate, rate_source = ckpt.action_rate_hz(root)
     return XR0PolicyIO(checkpoint_dir=root, stats_file=path, robots=robots, robot_type=robot_type,
                        image_settings=settings, image_settings_source=source, state_dim=state_dim,
                        action_dim=action_dim, unnormalize_eps=float(unnormalize_eps),
-                       mask_threshold=float(mask_threshold), delta_dims=deltas)
+                       mask_threshold=float(mask_threshold), delta_dims=deltas,
+                       action_rate_hz=rate, action_rate_source=rate_source)
