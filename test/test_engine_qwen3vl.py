@@ -168,3 +168,22 @@ def test_every_expert_runs_on_the_one_prefill_and_equals_its_isolated_run():
 def test_expert_names_must_be_distinct():
     with pytest.raises(ValueError, match="distinct"):
         multi_expert_model([("hands", second_xr0()), ("hands", second_xr0())])
+
+
+def test_the_bench_measures_sharing_per_expert_count_and_stays_exact():
+    from oxygen_ros.engine.bench.runner import BenchSettings, run_expert_scaling, with_experts
+
+    model, tok = multi_expert_model([("hands", second_xr0()), ("base", second_xr0())])
+    assert [len(with_experts(model, n).cfg.extra_experts) for n in (1, 2, 3)] == [0, 1, 2]
+    assert len(model.extra_experts) == 2          # the views leave the model whole
+    s = BenchSettings(workload="libero", modes=("sequential", "oxygen"), frames=2, tokens=3, steps_per_frame=1,
+                      seed=0, rounds=2)
+    report = run_expert_scaling(model, tok, s, counts=(1, 3), log=lambda *a, **k: None)
+    assert set(report["experts"]) == {1, 3}
+    assert report["experts"][3]["names"] == ["main", "hands", "base"]
+    for r in report["experts"].values():
+        assert len(r["per_round"]) == 2 and r["speedup_per_frame"] > 0
+        assert r["exactness"]["text_mismatched_requests"] == 0 and r["exactness"]["requests_compared"] >= 2
+        assert r["exactness"]["max_action_abs_diff"] <= 1e-5
+    with pytest.raises(ValueError, match="3 action expert"):
+        with_experts(model, 4)

@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="oxygen vs sequential over the grid tokens 5..30 x k 1..30 x denoise 5..20")
     p.add_argument("--plot", metavar="PNG", help="with --sweep: write the sweep plot here")
+    p.add_argument("--experts", metavar="N[,N...]", default="",
+                   help="the gain of sharing as action experts are added: sequential vs oxygen with the "
+                        "profile's first N experts, e.g. 1,2,3 (a multi-expert profile: qwen3vl-multi-cpu)")
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON here")
 
 
@@ -55,7 +58,15 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.engine import native
     if settings.fused:
         print(f"fused action path: {native.status()}", file=sys.stderr)
-    if args.sweep:
+    if args.experts:
+        counts = tuple(int(v) for v in args.experts.split(",") if v.strip())
+        try:
+            report = bench.run_expert_scaling(model, tok, settings, counts)
+        except ValueError as e:
+            print(f"oxygen bench: --experts: {e}", file=sys.stderr)
+            return 2
+        print(bench.format_expert_scaling(report))
+    elif args.sweep:
         report = bench.run_sweep(model, tok, settings)
         worst = min(p["fraction_of_ideal"] for p in report["points"])
         mism = sum(p["text_mismatched_requests"] for p in report["points"])

@@ -9,6 +9,8 @@ spread. Exactness compares oxygen with sequential (isolated) execution.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import statistics
 import sys
@@ -60,7 +62,8 @@ class ModeRun:
     def __init__(self, mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises):
         shape = workload_shape(model, tok, s, len(frames))
         # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
-        slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, model.cfg.expert.horizon)
+        experts = [model.cfg.expert, *(e.cfg for e in getattr(model.cfg, "extra_experts", ()))]
+        slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, *(e.tokens for e in experts))
         cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
                            max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
                            seed=s.seed, fused=s.fused)
@@ -87,7 +90,8 @@ class ModeRun:
                                                              ignore_eos=True)))
         res = self.engine.step(self.frames[f], self.noises[f])
         self.f += 1
-        self.actions.append(res.actions)
+        # every expert's chunk, flattened: exactness covers them all
+        self.actions.append(np.concatenate([res.actions.ravel(), *(a.ravel() for a in res.expert_actions.values())]))
         for d in res.finished:
             self.texts[d.request_id] = d.full_text
         return res
@@ -399,3 +403,70 @@ def plot_sweep(sweep: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# -- the gain of sharing as experts are added ------------------------------------------------
+def with_experts(model, count: int):
+    """`model` (a Qwen3-VL VLA) with only its first `count` action experts: the same modules
+    and weights, the rest left out."""
+    extra = getattr(model.cfg, "extra_experts", None)
+    if extra is None:
+        raise ValueError(f"{model.cfg.name} is a one-expert (pi0.5-style) model; the expert count needs a "
+                         "Qwen3-VL profile with extra experts (qwen3vl-multi-cpu)")
+    if not 1 <= count <= 1 + len(extra):
+        raise ValueError(f"{model.cfg.name} has {1 + len(extra)} action expert(s); asked for {count}")
+    view = copy.copy(model)
+    view.cfg = dataclasses.replace(model.cfg, extra_experts=extra[:count - 1])
+    view._modules = dict(model._modules)
+    view._modules["extra_experts"] = torch.nn.ModuleList(list(model.extra_experts)[:count - 1])
+    return view
+
+
+def run_expert_scaling(model, tok, s: BenchSettings, counts=(1, 2, 3), log=print) -> dict:
+    """Sequential (each expert and each language request with its own prefill) vs oxygen
+    (one shared prefill for all) with 1, 2, 3 ... experts, every (count, mode) taking its
+    turn in each round. Returns per count the per-frame speed-up per round, its median
+    and spread, and exactness."""
+    views = {n: with_experts(model, n) for n in counts}
+    frames, noises = bench_inputs(model, s, max(warmup_frames(m, s) for m in ("sequential", "oxygen")) + s.frames + 1)
+    runs = {(n, mode): ModeRun(mode, views[n], tok, s, frames, noises) for n in counts
+            for mode in ("sequential", "oxygen")}
+    try:
+        for (n, mode), run in runs.items():
+            log(f"warming up {mode} with {n} expert(s) ({run.warm} frames)...", file=sys.stderr)
+            run.warm_up()
+        keys = list(runs)
+        for i, size in enumerate(round_sizes(s.frames, s.rounds)):
+            for key in keys[i % len(keys):] + keys[: i % len(keys)]:
+                runs[key].run_round(size)
+            ratios = [runs[(n, "sequential")].rounds[-1]["wall_s"] / runs[(n, "oxygen")].rounds[-1]["wall_s"]
+                      for n in counts]
+            log(f"round {i + 1}: oxygen vs sequential per frame " + ", ".join(
+                f"{n} expert(s) x{r:.2f}" for n, r in zip(counts, ratios)), file=sys.stderr)
+    finally:
+        for run in runs.values():
+            run.finish()
+    out = {"settings": vars(s) | {"modes": ["sequential", "oxygen"]}, "model": model.cfg.name, "experts": {}}
+    for n in counts:
+        seq, ox = runs[(n, "sequential")], runs[(n, "oxygen")]
+        per_round = [b["wall_s"] / b["frames"] / (a["wall_s"] / a["frames"]) for a, b in zip(ox.rounds, seq.rounds)]
+        out["experts"][n] = {
+            "names": ["main", *(e.name for e in views[n].cfg.extra_experts)],
+            "speedup_per_frame": statistics.median(per_round), "spread": [min(per_round), max(per_round)],
+            "per_round": per_round,
+            "frame_ms": {"sequential": seq.metrics()["frame_ms_median"], "oxygen": ox.metrics()["frame_ms_median"]},
+            "exactness": exactness(ox, seq),
+        }
+    return out
+
+
+def format_expert_scaling(report: dict) -> str:
+    lines = [f"{'experts':<9}{'sequential ms':>15}{'oxygen ms':>11}  per-frame speed-up  [min - max]  exactness"]
+    for n, r in report["experts"].items():
+        e = r["exactness"]
+        lines.append(f"{n:<9}{r['frame_ms']['sequential']:>15.1f}{r['frame_ms']['oxygen']:>11.1f}  "
+                     f"x{r['speedup_per_frame']:<18.2f}[{r['spread'][0]:.2f}-{r['spread'][1]:.2f}]  "
+                     f"{e['text_mismatched_requests']} text mismatches of {e['requests_compared']}, "
+                     f"action |diff| {e['max_action_abs_diff']:.1e}")
+    lines.append("(frame ms: median per frame; speed-up: sequential / oxygen frame time per interleaved round)")
+    return "\n".join(lines)
