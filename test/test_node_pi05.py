@@ -70,9 +70,10 @@ def wait_for_state(namespace, *, deadline):
 
     d = Driver(namespace)
     try:
-        d.wait_until(lambda: d.state() is not None, 30.0, "the node's lifecycle services")
+        # a loaded machine: the node may still be importing or configuring (autostart)
+        d.wait_until(lambda: d.state(timeout=60.0) is not None, 60.0, "the node's lifecycle services")
         time.sleep(3.0)                         # autostart has tried to configure by now
-        return {"state": d.state()}
+        return {"state": d.state(timeout=60.0)}
     finally:
         d.close()
 

@@ -14,7 +14,7 @@ the slot's K/V when a prefix is forked or a slot moves, so each request keeps it
 
 `hidden` (when the profile has a consumer of them, e.g. StarVLA's head): the current
 frame's prefix hidden states per layer, [depth + 1, max_len, width], written by the
-prefill as transformers' output_hidden_states lays them out (see Decoder.forward).
+prefill: the embeddings, then every layer's output (see Decoder.forward).
 Allocated once here; language requests never fork it (they need only K/V).
 """
 from __future__ import annotations

@@ -127,10 +127,18 @@ SPECS = [
     # -- policy I/O (engine/policy_io; docs/pi05.md) ---------------------------------------
     Spec("policy_io", "auto", "configure",
          "Robot <-> model conventions: auto (pi05 checkpoints: their own, openpi or lerobot; "
-         "otherwise limits) | limits | openpi | lerobot."),
+         "an xr0 checkpoint: xr0; otherwise limits) | limits | openpi | lerobot | xr0 "
+         "(Xiaomi-Robotics-0's deploy path: raw state, the checkpoint's per-robot-type action "
+         "statistics and mask, its prompt)."),
+    Spec("robot_type", "", "configure",
+         "policy_io xr0 only: the robot type of the checkpoint's action statistics "
+         "(processor_config.json action_config keys, e.g. libero_all; `oxygen checkpoint DIR` "
+         "or a failed configure lists them); it sets the action dims, mask and chunk horizon. "
+         "Empty: the checkpoint's only type (configure fails when it has several).",
+         required=False),   # not yet written in tiny/demo/humanoid_thor.yaml (xr0_thor.yaml sets it)
     Spec("norm_stats_path", "", "configure",
          "Statistics file used instead of the checkpoint's: openpi norm_stats.json or LeRobot "
-         "normalizer .safetensors; empty: the checkpoint's own."),
+         "normalizer .safetensors (policy_io xr0: a JSON action_config); empty: the checkpoint's own."),
     Spec("asset_id", "", "configure", "openpi asset folder under assets/; empty: the checkpoint's."),
     Spec("normalization", "", "configure",
          "quantile | mean_std | none; empty: what the checkpoint says (pi0.5: quantile)."),
@@ -228,6 +236,10 @@ def build_engine(p: dict):
         torch.set_num_threads(p["torch_threads"])
     model, tok = load_model(p["model"], checkpoint=p["checkpoint"] or None,
                             tokenizer_path=p["tokenizer_path"] or None, dtype=p["dtype"], device=p["device"])
+    if _wants_xr0(p):
+        # the robot type's chunk horizon, before the engine sizes its KV slots (and before
+        # the node reads model.cfg): XR-0 samples [H of the robot type, action_dim] chunks
+        _fit_xr0_horizon(model, load_xr0_io(p))
     cfg = EngineConfig(max_requests=p["max_requests"], max_queue=p["max_queue"],
                        max_new_tokens=p["max_new_tokens"], steps_per_frame=p["steps_per_frame"],
                        period_s=1.0 / p["control_rate_hz"], seed=p["seed"], cuda_graphs=p["cuda_graphs"],
@@ -235,18 +247,109 @@ def build_engine(p: dict):
     return model, tok, OxygenEngine(model, tok, cfg)
 
 
+POLICY_IOS = ("auto", "limits", "openpi", "lerobot", "xr0")
+
+
 def choose_policy_io(p: dict) -> str:
     """The policy I/O convention the parameters ask for ("auto" resolved)."""
-    if p["policy_io"] not in ("auto", "limits", "openpi", "lerobot"):
-        raise ValueError(f"policy_io must be auto, limits, openpi or lerobot, got {p['policy_io']!r}")
+    if p["policy_io"] not in POLICY_IOS:
+        raise ValueError(f"policy_io must be auto, limits, openpi, lerobot or xr0, got {p['policy_io']!r}")
     if p["policy_io"] != "auto":
         return p["policy_io"]
+    if p["model"] == "xr0" and p["checkpoint"]:
+        return "xr0"
     return "checkpoint" if p["model"] in ("pi05", "pi05-quarter") and p["checkpoint"] else "limits"
 
 
+def _wants_xr0(p: dict) -> bool:
+    return p.get("policy_io") in POLICY_IOS and choose_policy_io(p) == "xr0"
+
+
+def load_xr0_io(p: dict):
+    """The XR0PolicyIO of the parameters' checkpoint and robot_type (PolicyIOError, a
+    ValueError, with the checkpoint's robot types when robot_type is unknown or missing)."""
+    from ..engine.policy_io import PolicyIOError
+    from ..engine.policy_io.xr0 import load_xr0_policy_io
+
+    if not p["checkpoint"]:
+        raise ValueError("policy_io xr0 reads the checkpoint directory (its processor_config.json "
+                         "action_config): set checkpoint")
+    robot_type = p.get("robot_type", "") or None
+    io = load_xr0_policy_io(p["checkpoint"], robot_type, stats_path=p["norm_stats_path"] or None)
+    if io.robot_type is None:
+        raise PolicyIOError(f"the checkpoint's action statistics ({io.stats_file}) define "
+                            f"{len(io.robot_types)} robot types: set robot_type to one of "
+                            f"{', '.join(io.robot_types)}")
+    return io
+
+
+def _fit_xr0_horizon(model, io) -> None:
+    """Make the model sample the robot type's horizon (shorter than the head's
+    action_length, e.g. CALVIN's 10 of 30: under the head's causal attention the first H
+    actions of a longer chunk are the same, so only the compute differs)."""
+    want, have = io.horizon(), model.cfg.expert.horizon
+    if want == have:
+        return
+    if want > have or not hasattr(model, "set_action_schedule"):
+        raise ValueError(f"robot_type {io.robot_type!r} has a {want}-step horizon in {io.stats_file}, but the "
+                         f"model's action head samples {have} steps (config.json action_length)")
+    model.set_action_schedule(horizon=want)
+
+
+def _check_xr0(p: dict, model, io, state: JointSpace) -> None:
+    """What the XR-0 deploy path fixes and the parameters must agree with."""
+    from ..engine.model.xr0_head import XR0HeadConfig
+
+    cfg = model.cfg
+    if not isinstance(getattr(cfg, "expert", None), XR0HeadConfig):
+        raise ValueError(f"policy_io xr0 needs an XR-0 model (model xr0 with its checkpoint), got model {cfg.name}")
+    unused = {"normalization": p["normalization"] != "", "asset_id": p["asset_id"] != "",
+              "state_in_prompt": p["state_in_prompt"] != "auto"}
+    if any(unused.values()):
+        raise ValueError(f"{', '.join(k for k, v in unused.items() if v)} do(es) not apply to policy_io xr0 (the "
+                         "deploy path feeds the raw state and unnormalises the actions with the checkpoint's "
+                         "per-robot-type action statistics): leave normalization and asset_id empty and "
+                         "state_in_prompt auto")
+    if p["rtc_mode"] != "off":
+        raise ValueError("Real-Time Chunking is not available for the XR-0 head yet: set rtc_mode off")
+    if io.single_view():
+        raise ValueError(f"robot_type {io.robot_type!r} (bridge/fractal) takes the client's own prompt text, "
+                         "which the node cannot build: choose another robot type")
+    if (io.action_dim, io.state_dim) != (cfg.expert.action_dim, cfg.expert.state_dim):
+        raise ValueError(f"the action statistics are {io.action_dim}-dimensional and the state {io.state_dim}, "
+                         f"but the model's head has action_dim {cfg.expert.action_dim} and state_dim "
+                         f"{cfg.expert.state_dim}")
+    if len(state.names) > io.state_dim:
+        raise ValueError(f"{len(state.names)} state joints but XR-0's state has {io.state_dim} dimensions")
+    if p["action_dims"] and p["action_dims"] != io.action_dims:
+        raise ValueError(f"action_dims is {p['action_dims']} but robot_type {io.robot_type!r} has "
+                         f"{io.action_dims} active action dims {list(io.active_dims())} (std > "
+                         f"{io.mask_threshold:g}): set action_dims 0")
+    n = io.expected_images()
+    if len(p["camera_topics"]) != n:
+        raise ValueError(f"XR-0's prompt has {n} views ([base, wrist_left]): set camera_topics to {n} topics "
+                         f"in that order (got {len(p['camera_topics'])})")
+    if tuple(cfg.camera_slots[:n]) != tuple(io.camera_slots[:n]):
+        raise ValueError(f"the model's camera slots {list(cfg.camera_slots[:n])} are not XR-0's "
+                         f"{list(io.camera_slots[:n])}")
+
+
+def _xr0_delta_dims(p: dict, io) -> dict:
+    """delta_action_mask (per robot action column) -> the robot type's model dims."""
+    mask = list(p["delta_action_mask"])
+    if not any(mask):
+        return {}
+    active = io.active_dims()
+    if len(mask) > len(active):
+        raise ValueError(f"delta_action_mask has {len(mask)} entries but robot_type {io.robot_type!r} has "
+                         f"{len(active)} action dims")
+    return {io.robot_type: [active[i] for i, b in enumerate(mask) if b]}
+
+
 def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace):
-    """The LimitsIO or PolicyIO the parameters ask for, checked against the model and joints
-    with a dry run (so a mismatch fails configure, not every frame)."""
+    """The LimitsIO, PolicyIO or XR0PolicyIO the parameters ask for, checked against the
+    model and joints with a dry run (so a mismatch fails configure, not every frame).
+    For xr0 the model's chunk horizon becomes the robot type's (build_engine already did)."""
     import numpy as np
 
     from ..engine.policy_io import LimitsIO, load_policy_io
@@ -255,6 +358,18 @@ def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace)
     convention = choose_policy_io(p)
     if convention == "limits":
         io = LimitsIO.from_limits(state.lower, state.upper, actions.lower, actions.upper, cfg.expert.horizon)
+    elif convention == "xr0":
+        from ..engine.policy_io.xr0 import load_xr0_policy_io
+
+        io = load_xr0_io(p)
+        _check_xr0(p, model, io, state)
+        deltas = _xr0_delta_dims(p, io)
+        if deltas:
+            io = load_xr0_policy_io(p["checkpoint"], io.robot_type, stats_path=p["norm_stats_path"] or None,
+                                    delta_dims=deltas)
+        _fit_xr0_horizon(model, io)
+        cfg = model.cfg
+        io.tokenizer, io.max_prompt_tokens = tok, cfg.max_prompt_tokens
     else:
         if not p["checkpoint"]:
             raise ValueError(f"policy_io {convention} reads the checkpoint directory: set checkpoint")
@@ -277,6 +392,7 @@ def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace)
                          "action_joint_names (and limits) or action_dims to match")
     zeros = np.zeros(len(state.names))
     size = cfg.vision.image_size
-    io.observation({cfg.camera_slots[0]: np.zeros((size, size, 3), np.uint8)}, zeros, p["instruction"])
+    slots = io.camera_slots[: io.expected_images()] if convention == "xr0" else cfg.camera_slots[:1]
+    io.observation({s: np.zeros((size, size, 3), np.uint8) for s in slots}, zeros, p["instruction"])
     io.actions(np.zeros((cfg.expert.horizon, cfg.expert.action_dim), np.float32), zeros)
     return io

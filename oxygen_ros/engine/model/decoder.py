@@ -134,8 +134,10 @@ class Decoder(nn.Module):
         deepstack (DeepStack): deepstack[i] [n_image_tokens, W] is added after layer i
         to the rows at visual_mask (bool [B, T], row-major order), i < len(deepstack).
         hidden_out [depth + 1, >= T, W] (one row, B = 1): the per-layer hidden states as
-        transformers' output_hidden_states has them: [0] the input embeddings, [i + 1]
-        layer i's output (before DeepStack's addition), the last one after the final norm.
+        StarVLA's released checkpoint reads them (transformers 4.57's hidden_states, found by
+        a parity run against it): [0] the input embeddings, [i + 1] layer i's output with
+        DeepStack's addition, the last one before the final norm. (transformers 5.x records
+        layer outputs before DeepStack and ends with the normed state.)
         """
         rope = self.rope.tables(positions, x.dtype)
         n_stack = self._check_deepstack(x, visual_mask, deepstack)
@@ -146,12 +148,12 @@ class Decoder(nn.Module):
             hidden_out[0, :t] = x[0]
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, CacheView(pool.k[i], pool.v[i], slots, write_at, read_len), mask)
-            if hidden_out is not None:
-                hidden_out[i + 1, :t] = self.norm(x)[0] if i == len(self.layers) - 1 else x[0]
             if i < n_stack:
                 # x + 0 off the image rows, x + feature on them: the reference's values,
                 # with no host sync (graph capturable)
                 x = x + torch.zeros_like(x).masked_scatter_(visual_mask[..., None], deepstack[i].to(x.dtype))
+            if hidden_out is not None:
+                hidden_out[i + 1, :t] = x[0]
         return x
 
     def _check_deepstack(self, x, visual_mask, deepstack) -> int:

@@ -13,7 +13,10 @@ What differs from pi0.5 and how it stays exact under OxyGen:
   three axes, which interleaved RoPE turns into plain 1-D RoPE);
 - the prefix ends inside the user's turn (ChatML: `<|im_start|>user\\n`, each camera as
   vision_start, its image tokens, vision_end, then the instruction); a language request
-  continues that turn and opens the assistant's (`request_ids`);
+  continues that turn and opens the assistant's (`request_ids`). A policy I/O may give the
+  whole prompt instead (obs.extra["prompt_segments"]: text pieces, None where each camera
+  goes, e.g. XR-0's deploy prompt, which closes its turns; then `request_turn` "new" makes
+  every request a turn of its own);
 - the action head reads the tail layers' prefix K/V in place (model/xr0_head.py), its
   positions from the prefix's max position + 1 = prefix length + rope_delta;
 - further action experts (`extra_experts`) run on the same prefix, in order, after the
@@ -90,6 +93,7 @@ class Qwen3VLModelConfig:
     max_prompt_tokens: int = 200
     seed: int = 0
     extra_experts: tuple[ExtraExpert, ...] = ()
+    request_turn: str = "continue"   # "continue" the prefix's user turn | "new" user turn
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -110,6 +114,8 @@ class Prefix:
     visual_mask: torch.Tensor       # bool [1, L]: the image tokens
     deepstack: list                 # [n_image_tokens, W] per DeepStack layer
     state: torch.Tensor             # [1, state_dim] for the action head
+    action_mask: torch.Tensor | None = None   # bool [action_dim]: the robot's active dims
+    ids: list | None = None         # the prompt's token ids (image pads included)
 
     @property
     def shape(self) -> torch.Size:
@@ -191,22 +197,32 @@ class Qwen3VLVLA(nn.Module):
         state = np.asarray(obs.state, dtype=np.float64).reshape(-1)
         if not np.all(np.isfinite(state)):
             raise ObservationError("state contains NaN or inf")
-        return self.prefix(frames, text, state, tok)
+        return self.prefix(frames, text, state, tok, obs.extra.get("prompt_segments"), obs.extra.get("action_mask"))
 
-    def prefix(self, frames: list, text_ids: list[int], state, tok) -> Prefix:
-        """Prefix of camera frames (HxWx3 uint8, in slot order) and instruction tokens."""
+    def prefix(self, frames: list, text_ids: list[int], state, tok, segments=None, action_mask=None) -> Prefix:
+        """Prefix of camera frames (HxWx3 uint8, in slot order) and instruction tokens, or
+        of `segments` (the whole prompt: text pieces, None where each frame goes; the
+        tokenizer must know the special tokens written in them). The state goes to the
+        action head as it is (zero-padded or cut to its state_dim)."""
         sp = self.cfg.special
-        ids = [sp.im_start, *tok.encode("user\n")]
-        embeds, deepstack, grids = None, [], None
+        embeds, deepstack, grids, counts = None, [], None, []
         if frames:
             try:
                 pixels, grids = qwen3vl_pixels(frames, self.cfg.vision.images)
             except ValueError as e:
                 raise ObservationError(f"camera image: {e}") from e
-            for n in image_token_count(grids, self.cfg.vision.images.merge_size):
-                ids += [sp.vision_start, *[sp.image_pad] * n, sp.vision_end]
+            counts = image_token_count(grids, self.cfg.vision.images.merge_size)
             embeds, deepstack = self.visual(to_device(pixels, self.device, self.dtype), grids)
-        ids += text_ids
+        images = [[sp.vision_start, *[sp.image_pad] * n, sp.vision_end] for n in counts]
+        if segments is None:
+            ids = [sp.im_start, *tok.encode("user\n"), *(t for image in images for t in image), *text_ids]
+        else:
+            if sum(s is None for s in segments) != len(images):
+                raise ObservationError(f"the prompt has {sum(s is None for s in segments)} image places for "
+                                       f"{len(images)} camera frames")
+            pending, ids = iter(images), []
+            for piece in segments:
+                ids += next(pending) if piece is None else tok.encode(piece)
         positions, delta = rope_index(ids, grids, sp.image_pad, sp.vision_start,
                                       self.cfg.vision.encoder.spatial_merge_size)
         x = to_device([ids], self.device, torch.long)
@@ -215,15 +231,17 @@ class Qwen3VLVLA(nn.Module):
                   else self.backbone.embed(x))
         s = torch.zeros(1, self.cfg.expert.state_dim, dtype=self.dtype, device=self.device)
         n = min(len(state), self.cfg.expert.state_dim)
-        s[0, :n] = torch.as_tensor(np.clip(state[:n], -1.0, 1.0), dtype=self.dtype)
-        return Prefix(tokens, positions[:, None].to(self.device), int(delta), visual, list(deepstack), s)
+        s[0, :n] = torch.as_tensor(state[:n], dtype=self.dtype)
+        mask = None if action_mask is None else torch.as_tensor(np.asarray(action_mask, dtype=bool), device=self.device)
+        return Prefix(tokens, positions[:, None].to(self.device), int(delta), visual, list(deepstack), s, mask, ids)
 
     def request_ids(self, tok, prompt: str) -> list[int]:
         """A language request's tokens after the prefix: the prompt closes the user's
-        turn and the assistant's opens."""
+        turn (or, `request_turn` "new", is a user turn of its own) and the assistant's opens."""
         sp = self.cfg.special
-        return [*tok.encode("\n" + prompt), sp.im_end, *tok.encode("\n"), sp.im_start,
-                *tok.encode("assistant\n")]
+        opening = [sp.im_start, *tok.encode("user\n" + prompt)] if self.cfg.request_turn == "new" \
+            else tok.encode("\n" + prompt)
+        return [*opening, sp.im_end, *tok.encode("\n"), sp.im_start, *tok.encode("assistant\n")]
 
     def prefill(self, prefix: Prefix, pool: KVPool, slot: int) -> torch.Tensor:
         """Run the prefix once into `slot` (causal) and record its rope_delta there."""
@@ -262,7 +280,8 @@ class Qwen3VLVLA(nn.Module):
         state = prefix.state[:, :e.state_dim]
         if state.shape[1] < e.state_dim:
             state = torch.nn.functional.pad(state, (0, e.state_dim - state.shape[1]))
-        return head.sample_actions(pool.k, pool.v, slot, prefix_len, next_position, state, x)[0]
+        mask = prefix.action_mask if expert == 0 else None     # the robot type's, of the first expert
+        return head.sample_actions(pool.k, pool.v, slot, prefix_len, next_position, state, x, mask)[0]
 
     # -- language ----------------------------------------------------------------------------
     def extend(self, ids: torch.Tensor, pool: KVPool, first_slot: int, start: int) -> torch.Tensor:

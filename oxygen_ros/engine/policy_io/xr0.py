@@ -494,7 +494,9 @@ class XR0PolicyIO:
         return Observation(images=frames, state=self.state_vector(state, name).astype(np.float64),
                            instruction=task, stamp=stamp, prompt_ids=self.prompt_tokens(task, state),
                            extra={"robot_type": name, "action_mask": stats.mask.any(axis=0).copy(),
-                                  "model_action_mask": stats.mask.astype(np.float32)})
+                                  "model_action_mask": stats.mask.astype(np.float32),
+                                  # the whole deploy prompt, images in their places (model/qwen3vl_vla.py)
+                                  "prompt_segments": self.prompt_segments(task, name)})
 
     # ------------------------------------------------------------ summary
     def summary(self) -> dict:

@@ -510,7 +510,8 @@ def load_xr0(path, tokenizer_path: str | None = None, dtype: str = "float32", de
     cfg = Qwen3VLModelConfig(
         name="xr0", vision=Qwen3VLVision(vision, images, image_size), backbone=ck.decoder_config(),
         expert=ck.head_config(),
-        special=SpecialIds(ids["im_start"], ids["im_end"], ids["vision_start"], ids["vision_end"], ids["image_pad"]))
+        special=SpecialIds(ids["im_start"], ids["im_end"], ids["vision_start"], ids["vision_end"], ids["image_pad"]),
+        request_turn="new")     # the deploy prompt closes its turns: a request is a turn of its own
     model = Qwen3VLVLA(cfg)
     model.visual.load_state_dict(ck.visual, strict=True)
     model.backbone.load_state_dict(ck.language, strict=True)
