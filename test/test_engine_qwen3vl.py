@@ -187,3 +187,26 @@ def test_the_bench_measures_sharing_per_expert_count_and_stays_exact():
         assert r["exactness"]["max_action_abs_diff"] <= 1e-5
     with pytest.raises(ValueError, match="3 action expert"):
         with_experts(model, 4)
+
+
+def test_the_multi_expert_profile_runs_kv_and_hidden_state_readers_exactly():
+    """qwen3vl-multi-tiny: XR-0's head, a PI_v3 head reading the prefix's per-layer hidden
+    states (kept in the pool), a second XR-0-style head; each chunk equals its isolated run."""
+    from oxygen_ros.engine.weights.loading import load_model
+
+    model, tok = load_model("qwen3vl-multi-tiny")
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=3, max_new_tokens=8))
+    iso = IsolatedRunner(model, tok, EngineConfig(max_new_tokens=8))
+    assert engine.pool.hidden is not None and engine.pool.hidden.shape[0] == model.cfg.backbone.depth + 1
+    for f in range(3):
+        o = observation(f)
+        gen = torch.Generator().manual_seed(f)
+        noise = {"hands": torch.randn(6, 6, generator=gen), "base": torch.randn(5, 3, generator=gen)}
+        main = torch.randn(10, 8, generator=gen)
+        res = engine.step(o, main, expert_noise=noise)
+        assert np.abs(iso.action(o, main).numpy() - res.actions).max() <= 1e-5
+        for name, n in noise.items():
+            assert np.abs(iso.expert_action(o, name, n) - res.expert_actions[name]).max() <= 1e-5, name
+    # the hidden-state reader depends on the image: another frame, another chunk
+    other = engine.step(observation(1), main, expert_noise=noise).expert_actions["hands"]
+    assert np.abs(other - res.expert_actions["hands"]).max() > 1e-4

@@ -273,7 +273,7 @@ class Qwen3VLVLA(nn.Module):
         head = self.expert if expert == 0 else self.extra_experts[expert - 1]
         x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
         if reads_hidden(e):
-            return head.sample_actions(pool.hidden[:, None, :prefix_len], x)[0]
+            return head.sample_actions(pool.hidden[:, None, :prefix_len], None, x)[0]
         if prefix_len + e.tokens > pool.max_len:
             raise ValueError("KV slot too short for prefix + action head tokens")
         next_position = prefix_len + int(pool.offsets[slot])
@@ -330,6 +330,9 @@ def build_expert(expert_cfg, bb: DecoderConfig) -> nn.Module:
     from .pi_v3_head import PIv3Head, PIv3HeadConfig   # lazy: only multi-expert profiles use it
 
     if isinstance(expert_cfg, PIv3HeadConfig):
+        if expert_cfg.backbone_hidden != bb.width or expert_cfg.depth > bb.depth + 1:
+            raise ValueError(f"the PI_v3 head reads {expert_cfg.depth} layers of width {expert_cfg.backbone_hidden}; "
+                             f"the backbone has {bb.depth} (+ embeddings) of width {bb.width}")
         return PIv3Head(expert_cfg)
     raise ValueError(f"unknown action expert config {type(expert_cfg).__name__}")
 

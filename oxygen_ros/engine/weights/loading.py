@@ -13,7 +13,7 @@ Profiles (oxygen_ros.engine.config):
 - pi05 / pi05-quarter with a checkpoint: oxygen_ros.engine.weights.pi05.load_pi05.
 - pi05-quarter without a checkpoint: random weights and WideByteTokenizer (below).
 - xr0 with a checkpoint: engine/weights/qwen3vl.load_xr0.
-- qwen3vl-tiny / xr0-cpu (engine/qwen3vl_profiles.py): random weights, the byte tokenizer
+- qwen3vl-tiny / xr0-cpu / qwen3vl-multi-tiny / -cpu (engine/qwen3vl_profiles.py): random weights, the byte tokenizer
   (tiny; ChatML and image ids above its bytes) or WideByteTokenizer (xr0-cpu).
 """
 from __future__ import annotations
@@ -81,13 +81,13 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
         model, tok = build_random_model(cfg), ByteTokenizer()
     elif name == "smol":
         model, tok = load_smol(cfg, gguf_path=checkpoint, tokenizer_path=tokenizer_path)
-    elif name in ("qwen3vl-tiny", "xr0-cpu"):
+    elif name in ("qwen3vl-tiny", "xr0-cpu", "qwen3vl-multi-tiny", "qwen3vl-multi-cpu"):
         from ..model.qwen3vl_vla import build_random_qwen3vl   # lazy: only Qwen3-VL users need it
 
         if checkpoint:
             raise ValueError(f"the {name} profile has random weights; a checkpoint is for the xr0 profile")
         model = build_random_qwen3vl(cfg)
-        tok = ByteTokenizer() if name == "qwen3vl-tiny" else WideByteTokenizer(cfg.backbone.vocab_size)
+        tok = ByteTokenizer() if name.endswith("-tiny") else WideByteTokenizer(cfg.backbone.vocab_size)
     elif name == "xr0":
         if not checkpoint:
             raise ValueError("the xr0 profile reads a Xiaomi-Robotics-0 checkpoint directory: pass "
