@@ -19,9 +19,12 @@ PERIOD_S = 0.1   # config/tiny.yaml: control_rate_hz 10
 
 
 class Driver:
-    def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0, cameras=None):
+    def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0, cameras=None,
+                 trajectory_topics=()):
         """cameras: [(topic, message class, first message)] instead of CAMERA_TOPICS with
-        random sensor_msgs/Image; the scenario may then set good_images[i], what camera i sends."""
+        random sensor_msgs/Image; the scenario may then set good_images[i], what camera i sends.
+        trajectory_topics: further JointTrajectory topics to record (relative to the
+        namespace) into expert_chunks[topic]."""
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from lifecycle_msgs.srv import ChangeState, GetState
@@ -62,6 +65,10 @@ class Driver:
         reliable = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
         node.create_subscription(JointTrajectory, f"{namespace}/joint_trajectory",
                                  lambda m: self.chunks.append((time.monotonic(), m)), reliable)
+        self.expert_chunks = {t: [] for t in trajectory_topics}
+        for t in trajectory_topics:
+            node.create_subscription(JointTrajectory, f"{namespace}/{t}",
+                                     lambda m, t=t: self.expert_chunks[t].append((time.monotonic(), m)), reliable)
         node.create_subscription(FrameTiming, f"{namespace}/frame_timing",
                                  lambda m: self.timings.append((time.monotonic(), m)), reliable)
         for stream in ("narration", "memory", "answer"):

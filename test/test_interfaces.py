@@ -33,6 +33,8 @@ FRAME_TIMING_FIELDS = {
     "chunk_latency_ms": "float",
     "points_dropped": "uint32",
     "rtc_delay_steps": "uint32",
+    "expert_names": "sequence<string>",
+    "expert_action_ms": "sequence<float>",
 }
 ASK_REQUEST_FIELDS = {"question": "string", "timeout_s": "float"}
 ASK_RESPONSE_FIELDS = {"success": "boolean", "answer": "string", "error": "string",

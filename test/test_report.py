@@ -72,7 +72,7 @@ def write_bag(path, storage: str, ns: str = "/robot"):
                 total_ms=130.0 if missed else 50.0, decode_steps=1, live_requests=0, queued_requests=0,
                 tokens_emitted=tokens, period_ms=100.0, deadline_missed=missed, kv_bytes_in_use=0,
                 chunk_ms=31.0, chunk_latency_ms=40.0 + i, points_dropped=i % 2, rtc_delay_steps=2 * (i > 0),
-                **PHASES), t)
+                expert_names=["hands"], expert_action_ms=np.array([7.0 + i % 2], np.float32), **PHASES), t)
             for stream, rid, start, delta, count, done in text.get(i, []):
                 put(stream, T["oxygen_msgs/msg/TextChunk"](
                     header=header(t), stream=stream, request_id=rid, start_frame=start, delta=delta,
@@ -104,6 +104,7 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     fr = s["frames"]
     assert fr["count"] == 20 and fr["deadline_misses"] == 2 and fr["skipped_ticks"] == 3
     assert fr["phase_ms_mean"] == pytest.approx({"prefill": 10.0, "action": 20.0, "admit": 5.0, "decode": 15.0})
+    assert fr["expert_action_ms_mean"] == pytest.approx({"hands": 7.5})     # 7 and 8 ms alternating
     req = {r["stream"]: r for r in s["requests"]}
     n = req["narration"]
     assert (n["start_frame"], n["first_token_frame"], n["done_frame"]) == (2, 2, 4)

@@ -348,7 +348,9 @@ def frame_timing_msg(result, obs_stamp_ns: int, period_s: float, chunk_ms: float
         queued_requests=result.queued_requests, tokens_emitted=result.tokens_emitted,
         period_ms=period_ms, deadline_missed=ms["total"] > period_ms,
         kv_bytes_in_use=result.kv_bytes_in_use, chunk_ms=chunk_ms, chunk_latency_ms=chunk_latency_ms,
-        points_dropped=points_dropped, rtc_delay_steps=rtc_delay_steps)
+        points_dropped=points_dropped, rtc_delay_steps=rtc_delay_steps,
+        expert_names=list(result.expert_actions),
+        expert_action_ms=[float(ms.get(f"action:{n}", 0.0)) for n in result.expert_actions])
 
 
 def merge_deltas(deltas: list[TextDelta]) -> list[TextDelta]:

@@ -49,6 +49,7 @@ from .cameras import Camera, per_camera, transport_of
 from .chunk_plan import plan_chunk
 from .convert import (InputError, decoder, frame_timing_msg, joint_positions, merge_deltas,
                       rgb_to_image, text_chunk_msg, trajectory_msg)
+from .expert_outputs import expert_outputs, expert_positions
 from .input_monitor import InputMonitor
 from .joint_space import JointSpace
 from .loop_stats import LoopStats
@@ -86,6 +87,7 @@ class _Runtime:
     stream_live: dict = field(default_factory=lambda: {"narration": None, "memory": None})
     skipped_requests: dict = field(default_factory=lambda: {"narration": 0, "memory": 0})
     clipped_points: int = 0            # published chunk points clipped into the joint limits
+    experts: list = field(default_factory=list)   # node/expert_outputs.ExpertOutput per further expert
 
 
 class OxygenNode(LifecycleNode):
@@ -196,7 +198,10 @@ class OxygenNode(LifecycleNode):
                       board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
         self._rt = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
+        rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt)
         rt.pubs = {
+            **{f"trajectory:{e.name}": self.create_lifecycle_publisher(JointTrajectory, e.topic, qos.CONTROL)
+               for e in rt.experts},
             "trajectory": self.create_lifecycle_publisher(JointTrajectory, p["trajectory_topic"], qos.CONTROL),
             "timing": self.create_lifecycle_publisher(FrameTiming, p["frame_timing_topic"], qos.CONTROL),
             "narration": self.create_lifecycle_publisher(TextChunk, p["narration_topic"], qos.TEXT),
@@ -504,6 +509,14 @@ class OxygenNode(LifecycleNode):
         else:
             rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
                                                          None if restamped else obs_stamp_ns))
+        for expert in rt.experts:       # the further experts' chunks, from the same observation
+            positions, clipped = expert_positions(expert, chunk.expert_actions[expert.name])
+            rt.clipped_points += clipped
+            now_s = self.get_clock().now().nanoseconds / 1e9
+            planned = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
+            if not planned.empty:
+                rt.pubs[f"trajectory:{expert.name}"].publish(
+                    trajectory_msg(expert.joints.names, planned, None if restamped else obs_stamp_ns))
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
                 "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
 

@@ -120,6 +120,21 @@ SPECS = [
          "Upper limits of action_joint_names; empty: their joint_upper_limits.", required=False),
     Spec("trajectory_topic", "joint_trajectory", "configure",
          "trajectory_msgs/JointTrajectory output: one action chunk per frame."),
+    # a model with several action experts on one prefix (qwen3vl-multi-*): the further
+    # experts' outputs, in the model's order (node/expert_outputs.py)
+    Spec("expert_trajectory_topics", Parameter.Type.STRING_ARRAY, "configure",
+         "Per further action expert: its JointTrajectory topic; empty or missing: "
+         "joint_trajectory/<expert name>.", required=False),
+    Spec("expert_joint_names", Parameter.Type.STRING_ARRAY, "configure",
+         "Per further action expert: the joints it drives, comma-separated (one entry per "
+         "expert; empty for a one-expert model).", required=False),
+    Spec("expert_joint_lower_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Every further expert's joint lower limits, one expert after the other.", required=False),
+    Spec("expert_joint_upper_limits", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Every further expert's joint upper limits, one expert after the other.", required=False),
+    Spec("expert_action_rates_hz", Parameter.Type.DOUBLE_ARRAY, "configure",
+         "Per further action expert: the rate of its chunk's points (0 or missing: the first "
+         "expert's action rate).", required=False),
     Spec("frame_timing_topic", "frame_timing", "configure", "oxygen_msgs/FrameTiming output."),
     Spec("narration_topic", "narration", "configure", "TextChunk stream of narrations."),
     Spec("memory_topic", "memory", "configure", "TextChunk stream of memory entries (transient-local)."),

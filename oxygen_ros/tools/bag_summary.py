@@ -52,6 +52,7 @@ class Frame:
     chunk_latency_ms: float | None = None
     points_dropped: int = 0
     rtc_delay_steps: int = 0
+    expert_ms: dict = field(default_factory=dict)   # further action experts: name -> ms
 
     @property
     def start_s(self) -> float:
@@ -149,7 +150,9 @@ def read_bag(path: str | Path) -> RunData:
                                     int(msg.tokens_emitted), int(msg.decode_steps), int(msg.live_requests),
                                     _optional(msg, "chunk_ms"), _optional(msg, "chunk_latency_ms"),
                                     int(getattr(msg, "points_dropped", 0)),
-                                    int(getattr(msg, "rtc_delay_steps", 0))))
+                                    int(getattr(msg, "rtc_delay_steps", 0)),
+                                    dict(zip(getattr(msg, "expert_names", []),
+                                             (float(v) for v in getattr(msg, "expert_action_ms", []))))))
             elif conn.msgtype == JOINT_STATE:
                 states.append((_stamp(msg), list(msg.name), list(msg.position), list(msg.velocity)))
             elif conn.msgtype == TEXT:
@@ -348,6 +351,9 @@ def summarize(data: RunData) -> dict:
             "total_ms": _stats([f.total_ms for f in frames]),
             "phase_ms_mean": {ph: float(np.mean([f.phases_ms[ph] for f in frames])) if frames else None
                               for ph in TIMING_PHASES},
+            # a multi-expert model's further experts, each its own phase
+            "expert_action_ms_mean": {name: float(np.mean([f.expert_ms[name] for f in frames if name in f.expert_ms]))
+                                      for name in dict.fromkeys(n for f in frames for n in f.expert_ms)},
         },
         "language": {
             "requests": len(reqs),
@@ -392,7 +398,8 @@ def format_summary(s: dict) -> str:
         f"frames: {fr['count']}, deadline misses {fr['deadline_misses']}"
         + (f", skipped ticks {fr['skipped_ticks']}" if fr["skipped_ticks"] is not None else "")
         + f"; frame ms p50 {f(fr['total_ms']['p50'])} p95 {f(fr['total_ms']['p95'])}; mean split "
-        + " / ".join(f"{ph} {f(v)}" for ph, v in fr["phase_ms_mean"].items()),
+        + " / ".join(f"{ph} {f(v)}" for ph, v in fr["phase_ms_mean"].items())
+        + "".join(f" / action:{n} {f(v)}" for n, v in fr.get("expert_action_ms_mean", {}).items()),
         f"language: {lang['requests']} requests ({lang['done']} done), {lang['tokens']} tokens, "
         f"{f(lang['tokens_per_s'])} tok/s",
     ]

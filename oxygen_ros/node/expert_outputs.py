@@ -1,0 +1,80 @@
+"""The trajectories of a model's further action experts (several experts on one prefix,
+engine/model/qwen3vl_vla.py `extra_experts`): each drives its own joints (a humanoid's
+hands, its base), on its own topic, at its own action rate, with its own chunk horizon.
+
+From the parameters, per extra expert in the model's order:
+- `expert_trajectory_topics[i]`: its JointTrajectory topic ("" or missing:
+  `joint_trajectory/<name>`);
+- `expert_joint_names[i]`: its joints, comma-separated;
+- `expert_joint_lower_limits` / `expert_joint_upper_limits`: every extra expert's joint
+  limits one after the other, in that order (the `limits` convention: model actions in
+  [-1, 1] map onto them, and published positions are clipped into them);
+- `expert_action_rates_hz[i]`: the rate of its chunk's points (0 or missing: the first
+  expert's action rate).
+Its chunk is stamped at the frame's observation, spaced at its rate and published right
+after the first expert's, past points dropped as for the first (node/chunk_plan.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .joint_space import JointSpace
+
+
+@dataclass
+class ExpertOutput:
+    name: str
+    joints: JointSpace
+    io: object                 # engine.policy_io.LimitsIO over the expert's joints
+    action_dt: float           # seconds between its chunk's points
+    topic: str
+    horizon: int
+
+
+def expert_outputs(p: dict, cfg, first_action_rate_hz: float) -> list[ExpertOutput]:
+    """The ExpertOutputs of the model's extra experts (none for a one-expert model);
+    ValueError naming the parameter when one does not fit the model."""
+    from ..engine.policy_io import LimitsIO
+
+    experts = tuple(getattr(cfg, "extra_experts", ()))
+    names, topics, rates = p["expert_joint_names"], p["expert_trajectory_topics"], p["expert_action_rates_hz"]
+    if not experts:
+        if names:
+            raise ValueError(f"expert_joint_names is set but model {cfg.name} has one action expert")
+        return []
+    if len(names) != len(experts):
+        raise ValueError(f"model {cfg.name} has {len(experts)} further action expert(s) "
+                         f"({', '.join(e.name for e in experts)}): expert_joint_names needs one "
+                         f"comma-separated entry for each, got {len(names)}")
+    if len(topics) > len(experts) or len(rates) > len(experts):
+        raise ValueError("expert_trajectory_topics and expert_action_rates_hz take at most one entry per "
+                         f"further expert ({len(experts)})")
+    joint_lists = [[n.strip() for n in entry.split(",") if n.strip()] for entry in names]
+    lower, upper = list(p["expert_joint_lower_limits"]), list(p["expert_joint_upper_limits"])
+    total = sum(len(j) for j in joint_lists)
+    if len(lower) != total or len(upper) != total:
+        raise ValueError(f"expert_joint_lower_limits and expert_joint_upper_limits need {total} values (every "
+                         f"further expert's joints in order), got {len(lower)} and {len(upper)}")
+    out, at = [], 0
+    for i, (expert, joints) in enumerate(zip(experts, joint_lists)):
+        if not joints:
+            raise ValueError(f"expert_joint_names[{i}] ({expert.name}) names no joint")
+        if len(joints) > expert.cfg.action_dim:
+            raise ValueError(f"expert {expert.name} has {expert.cfg.action_dim} action dimensions for "
+                             f"{len(joints)} joints in expert_joint_names[{i}]")
+        space = JointSpace.from_lists(joints, lower[at:at + len(joints)], upper[at:at + len(joints)],
+                                      "expert_joint")
+        at += len(joints)
+        rate = rates[i] if i < len(rates) and rates[i] > 0 else first_action_rate_hz
+        topic = topics[i] if i < len(topics) and topics[i] else f"joint_trajectory/{expert.name}"
+        io = LimitsIO.from_limits(space.lower, space.upper, space.lower, space.upper, expert.cfg.horizon)
+        out.append(ExpertOutput(expert.name, space, io, 1.0 / rate, topic, expert.cfg.horizon))
+    return out
+
+
+def expert_positions(out: ExpertOutput, chunk: np.ndarray) -> tuple[np.ndarray, int]:
+    """An expert's model chunk [H, action_dim] as joint positions [H, J], clipped into its
+    limits; and how many values were clipped."""
+    return out.joints.clip(out.io.actions(chunk))
