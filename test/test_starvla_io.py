@@ -422,3 +422,66 @@ def test_checkpoint_file_errors_name_the_files(saved, tmp_path):
     torch.save({"qwen_vl_interface.model.x": torch.zeros(1)}, pt)
     with pytest.raises(StarVLACheckpointError, match="no action head"):
         read_starvla_checkpoint(pt)
+
+
+# -- the starvla-pi profile end to end ------------------------------------------------------
+def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
+    """load_model("starvla-pi", checkpoint=RUN, tokenizer_path=BASE_VLM): a StarVLA run
+    directory (.pt with the backbone under qwen_vl_interface.model., the PI_v3 head under
+    action_model. and project_layers.) and the base Qwen3-VL directory it names; the head
+    equal to what was saved; OxyGen frames equal isolated execution, the head reading the
+    pool's hidden states."""
+    import numpy as np
+    import yaml
+
+    from test_weights_qwen3vl import hf_model, train_tokenizer, write_tokenizer
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.model.pi_v3_head import PIv3HeadConfig, build_random
+    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+    from oxygen_ros.engine.weights.loading import load_model
+
+    tk = train_tokenizer()
+    hf = hf_model(tk)
+    base = tmp_path / "Qwen3-VL-tiny"
+    hf.save_pretrained(str(base))
+    write_tokenizer(base, tk)
+    (base / "preprocessor_config.json").write_text(json.dumps(     # 4-pixel patches: small frames
+        {"patch_size": 4, "temporal_patch_size": 2, "merge_size": 2,
+         "size": {"shortest_edge": 32 * 32, "longest_edge": 64 * 64}}))
+    config = {"framework": {"name": "QwenPI_v3",
+                            "qwenvl": {"base_vlm": str(base), "vl_hidden_dim": 64, "num_vl_layers": 2},
+                            "action_model": {"action_dim": 7, "state_dim": 7, "action_horizon": 4,
+                                             "num_inference_timesteps": 2, "num_target_vision_tokens": 4,
+                                             "max_seq_len": 16,
+                                             "diffusion_model_cfg": {"input_embedding_dim": 32, "attention_head_dim": 16,
+                                                                     "num_layers": 2}}}}
+    head_cfg = PIv3HeadConfig.from_hf_dict(config)
+    head = build_random(head_cfg, seed=4)
+    weights = {f"qwen_vl_interface.model.{k}": v for k, v in hf.state_dict().items()}
+    weights.update(head.state_dict())
+    run = tmp_path / "run"
+    write_run(run, config=yaml.safe_dump(config), weights=weights)
+    model, tok = load_model("starvla-pi", checkpoint=str(run), tokenizer_path=str(base))
+    assert type(model.expert).__name__ == "PIv3Head" and model.cfg.expert.horizon == 4
+    for k, v in head.state_dict().items():
+        assert torch.equal(model.expert.state_dict()[k], v), k
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=2, max_new_tokens=6, max_len=400))
+    assert engine.pool.hidden is not None
+    iso = IsolatedRunner(model, tok, EngineConfig(max_new_tokens=6, max_len=400))
+    rng = np.random.default_rng(0)
+    for f in range(3):
+        o = Observation({"base_0_rgb": rng.integers(0, 256, (32 + 16 * f, 32, 3), dtype=np.uint8)}, np.zeros(7),
+                        "put the spoon on the towel [STATE] 1 2 3 [ACTION]")
+        noise = torch.randn(4, 7, generator=torch.Generator().manual_seed(f))
+        engine.submit(LanguageRequest("what now?", max_new_tokens=3, ignore_eos=True))
+        res = engine.step(o, noise)
+        assert np.abs(iso.action(o, noise).numpy() - res.actions).max() <= 1e-5
+
+
+def test_starvla_pi_needs_its_base_vlm(tmp_path):
+    from oxygen_ros.engine.weights.loading import load_model
+
+    with pytest.raises(ValueError, match="starvla-pi profile reads a StarVLA"):
+        load_model("starvla-pi")

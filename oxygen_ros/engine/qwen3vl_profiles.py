@@ -7,6 +7,8 @@
   the real vocabulary size, random weights: side-by-side benchmarks on a CPU;
 - `xr0`: the released model's sizes (Qwen3-VL-4B + the 16-layer DiT); weights, tokenizer
   and special ids come from the checkpoint directory (engine/weights/qwen3vl.py);
+- `starvla-pi`: StarVLA's QwenPI_v3 (its head reads the prefix's per-layer hidden states);
+  from a StarVLA checkpoint and the base Qwen3-VL directory it was trained from;
 - `qwen3vl-multi-tiny` / `qwen3vl-multi-cpu`: several action experts on one Qwen3-VL
   prefix, language included (OxyGen's multi-expert measurement): XR-0's head first (the
   arm), then a StarVLA PI_v3-style head reading the per-layer hidden states ("hands"),
@@ -89,4 +91,9 @@ QWEN3VL_MULTI_CPU = dataclasses.replace(XR0_CPU, name="qwen3vl-multi-cpu", extra
                                       horizon=16, state_dim=32)),
 ))
 
-QWEN3VL_PROFILES = {c.name: c for c in (QWEN3VL_TINY, XR0_CPU, XR0, QWEN3VL_MULTI_TINY, QWEN3VL_MULTI_CPU)}
+# StarVLA's released QwenPI_v3 (Qwen3-VL-4B + the 36-block PI_v3 head); weights, tokenizer and
+# special ids come from the checkpoint and its base Qwen3-VL directory (engine/weights/starvla.py)
+STARVLA_PI = dataclasses.replace(XR0, name="starvla-pi", expert=PIv3HeadConfig())
+
+QWEN3VL_PROFILES = {c.name: c for c in (QWEN3VL_TINY, XR0_CPU, XR0, STARVLA_PI, QWEN3VL_MULTI_TINY,
+                                        QWEN3VL_MULTI_CPU)}

@@ -86,7 +86,7 @@ class Qwen3VLModelConfig:
     name: str
     vision: Qwen3VLVision
     backbone: DecoderConfig
-    expert: XR0HeadConfig
+    expert: object                  # the first action expert: XR0HeadConfig | PIv3HeadConfig
     special: SpecialIds
     camera_slots: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
     prefix_attention: str = "causal"
@@ -98,7 +98,7 @@ class Qwen3VLModelConfig:
 
     @property
     def reads_hidden_states(self) -> bool:
-        return any(reads_hidden(e.cfg) for e in self.extra_experts)
+        return reads_hidden(self.expert) or any(reads_hidden(e.cfg) for e in self.extra_experts)
 
     def with_expert(self, **kw) -> "Qwen3VLModelConfig":
         return replace(self, expert=replace(self.expert, **kw))
@@ -139,9 +139,8 @@ class Qwen3VLVLA(nn.Module):
                              f"temporal {enc.temporal_patch_size}, merge {enc.spatial_merge_size})")
         self.visual = Qwen3VLVisionEncoder(cfg.vision.encoder)
         self.backbone = Decoder(cfg.backbone)
-        self.expert = XR0Head(cfg.expert)
         bb = cfg.backbone
-        self.expert.check_backbone(bb.num_kv_heads, bb.head_dim, bb.depth)
+        self.expert = build_expert(cfg.expert, bb)     # XR-0's head, or StarVLA's (starvla-pi)
         self.extra_experts = nn.ModuleList(build_expert(e.cfg, bb) for e in cfg.extra_experts)
         names = [e.name for e in cfg.extra_experts]
         if len(set(names)) != len(names) or any(not n for n in names):

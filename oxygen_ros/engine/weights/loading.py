@@ -12,7 +12,7 @@ Profiles (oxygen_ros.engine.config):
   `checkpoint` may name another GGUF file of the same model.
 - pi05 / pi05-quarter with a checkpoint: oxygen_ros.engine.weights.pi05.load_pi05.
 - pi05-quarter without a checkpoint: random weights and WideByteTokenizer (below).
-- xr0 with a checkpoint: engine/weights/qwen3vl.load_xr0.
+- xr0 with a checkpoint: engine/weights/qwen3vl.load_xr0; starvla-pi: engine/weights/starvla.load_starvla.
 - qwen3vl-tiny / xr0-cpu / qwen3vl-multi-tiny / -cpu (engine/qwen3vl_profiles.py): random weights, the byte tokenizer
   (tiny; ChatML and image ids above its bytes) or WideByteTokenizer (xr0-cpu).
 """
@@ -88,6 +88,13 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
             raise ValueError(f"the {name} profile has random weights; a checkpoint is for the xr0 profile")
         model = build_random_qwen3vl(cfg)
         tok = ByteTokenizer() if name.endswith("-tiny") else WideByteTokenizer(cfg.backbone.vocab_size)
+    elif name == "starvla-pi":
+        if not checkpoint:
+            raise ValueError("the starvla-pi profile reads a StarVLA QwenPI_v3 checkpoint: pass checkpoint=<run "
+                             "directory or its .pt> and tokenizer_path=<the base Qwen3-VL directory>")
+        from .starvla import load_starvla
+
+        return load_starvla(checkpoint, tokenizer_path, dtype, device)
     elif name == "xr0":
         if not checkpoint:
             raise ValueError("the xr0 profile reads a Xiaomi-Robotics-0 checkpoint directory: pass "

@@ -256,3 +256,51 @@ def read_starvla_checkpoint(path: str | os.PathLike, dtype: torch.dtype | str | 
     return StarVLACheckpoint(path=weights, run_dir=config_file.parent, config=config, config_file=config_file,
                              stats=stats, stats_file=stats_file, backbone=backbone, head=head,
                              projectors=projectors, unused=unused)
+
+
+# -- the whole model ------------------------------------------------------------------------
+def load_starvla(path, base_vlm: str | None = None, dtype: str = "float32", device: str = "cpu",
+                 image_size: int = 224):
+    """(Qwen3VLVLA with StarVLA's QwenPI_v3 head as its action expert, Qwen3VLTokenizer) of a
+    StarVLA checkpoint. `base_vlm`: the base Qwen3-VL directory the run was trained from
+    (its config.json and tokenizer files; StarVLA's run directory holds neither; default:
+    the config's framework.qwenvl.base_vlm when that directory exists here). The head's
+    state goes into the prompt as text (policy_io/starvla.py), so the head reads no state.
+    Every tensor is loaded strictly; the model is built on the host in float32 and moved."""
+    import json
+
+    from ..config import parse_dtype
+    from ..model.pi_v3_head import PIv3HeadConfig
+    from ..model.qwen3vl_vla import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
+    from ..policy_io.qwen3vl_images import Qwen3VLImageSettings
+    from .qwen3vl_tokenizer import Qwen3VLTokenizer
+
+    ck = read_starvla_checkpoint(path)
+    base = Path(base_vlm) if base_vlm else None
+    if base is None:
+        named = (ck.config.get("framework", {}).get("qwenvl") or {}).get("base_vlm")
+        base = Path(named) if named else None
+    if base is None or not (base / "config.json").is_file():
+        raise FileNotFoundError(f"StarVLA checkpoint {path}: the base Qwen3-VL directory (config.json, "
+                                f"tokenizer.json) is needed: set tokenizer_path to it (got {base})")
+    parts = ck.qwen3vl_parts(json.loads((base / "config.json").read_text()))
+    head_cfg = PIv3HeadConfig.from_hf_dict(ck.config, backbone_hidden=parts.decoder_config().width)
+    tok = Qwen3VLTokenizer.from_dir(base)
+    ids = tok.special_ids
+    vision = parts.vision_config()
+    pre = base / "preprocessor_config.json"      # the base model's processor settings; B1 above: "torch"
+    images = (Qwen3VLImageSettings.from_hf_dict(json.loads(pre.read_text()), "torch") if pre.is_file() else
+              Qwen3VLImageSettings(patch_size=vision.patch_size, temporal_patch_size=vision.temporal_patch_size,
+                                   merge_size=vision.spatial_merge_size, resize_mode="torch"))
+    cfg = Qwen3VLModelConfig(
+        name="starvla-pi", vision=Qwen3VLVision(vision, images, image_size), backbone=parts.decoder_config(),
+        expert=head_cfg,
+        special=SpecialIds(ids["im_start"], ids["im_end"], ids["vision_start"], ids["vision_end"], ids["image_pad"]))
+    model = Qwen3VLVLA(cfg)
+    model.visual.load_state_dict(parts.visual, strict=True)
+    model.backbone.load_state_dict(parts.language, strict=True)
+    head = {f"action_model.{k}": v for k, v in ck.head.items()}
+    head.update({f"project_layers.{k}": v for k, v in ck.projectors.items()})
+    model.expert.load_state_dict(head, strict=True)
+    model = model.to(device=torch.device(device), dtype=parse_dtype(dtype))
+    return model.eval().pack_weights(), tok
