@@ -478,6 +478,21 @@ def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
         engine.submit(LanguageRequest("what now?", max_new_tokens=3, ignore_eos=True))
         res = engine.step(o, noise)
         assert np.abs(iso.action(o, noise).numpy() - res.actions).max() <= 1e-5
+    # the node's policy I/O: the prefix is StarVLA's chat prompt with the state as text,
+    # token for token; the chunk unnormalises to the robot's 7 dims
+    from oxygen_ros.engine.policy_io.qwen3vl_images import image_token_count, qwen3vl_pixels
+    from oxygen_ros.engine.policy_io.starvla import load_starvla_policy_io
+
+    io = load_starvla_policy_io(run, "oxe_bridge")
+    frame = rng.integers(0, 256, (48, 32, 3), dtype=np.uint8)
+    obs = io.observation({"base_0_rgb": frame}, [0.5, 0.0, 5.0, 0.5], "put the spoon on the towel")
+    prefix = model.observation_prefix(obs, tok)
+    _, grids = qwen3vl_pixels([obs.images["base_0_rgb"]], model.cfg.vision.images)
+    n = image_token_count(grids, model.cfg.vision.images.merge_size)[0]
+    text = io.prompt_text("put the spoon on the towel", [0.5, 0.0, 5.0, 0.5])
+    assert "[STATE]" in text and prefix.ids == tok.encode(text.replace("<|image_pad|>", "<|image_pad|>" * n))
+    chunk = engine.step(obs, noise).actions
+    assert io.actions(chunk).shape == (4, 7)
 
 
 def test_starvla_pi_needs_its_base_vlm(tmp_path):

@@ -146,9 +146,10 @@ SPECS = [
          "(Xiaomi-Robotics-0's deploy path: raw state, the checkpoint's per-robot-type action "
          "statistics and mask, its prompt)."),
     Spec("robot_type", "", "configure",
-         "policy_io xr0 only: the robot type of the checkpoint's action statistics "
+         "policy_io xr0: the robot type of the checkpoint's action statistics "
          "(processor_config.json action_config keys, e.g. libero_all; `oxygen checkpoint DIR` "
          "or a failed configure lists them); it sets the action dims, mask and chunk horizon. "
+         "policy_io starvla: the dataset_statistics.json key (e.g. oxe_bridge). "
          "Empty: the checkpoint's only type (configure fails when it has several).",
          required=False),   # not yet written in tiny/demo/humanoid_thor.yaml (xr0_thor.yaml sets it)
     Spec("norm_stats_path", "", "configure",
@@ -262,17 +263,19 @@ def build_engine(p: dict):
     return model, tok, OxygenEngine(model, tok, cfg)
 
 
-POLICY_IOS = ("auto", "limits", "openpi", "lerobot", "xr0")
+POLICY_IOS = ("auto", "limits", "openpi", "lerobot", "xr0", "starvla")
 
 
 def choose_policy_io(p: dict) -> str:
     """The policy I/O convention the parameters ask for ("auto" resolved)."""
     if p["policy_io"] not in POLICY_IOS:
-        raise ValueError(f"policy_io must be auto, limits, openpi, lerobot or xr0, got {p['policy_io']!r}")
+        raise ValueError(f"policy_io must be one of {', '.join(POLICY_IOS)}, got {p['policy_io']!r}")
     if p["policy_io"] != "auto":
         return p["policy_io"]
     if p["model"] == "xr0" and p["checkpoint"]:
         return "xr0"
+    if p["model"] == "starvla-pi" and p["checkpoint"]:
+        return "starvla"
     return "checkpoint" if p["model"] in ("pi05", "pi05-quarter") and p["checkpoint"] else "limits"
 
 
@@ -385,6 +388,10 @@ def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace)
         _fit_xr0_horizon(model, io)
         cfg = model.cfg
         io.tokenizer, io.max_prompt_tokens = tok, cfg.max_prompt_tokens
+    elif convention == "starvla":
+        from ..engine.policy_io.starvla import load_starvla_policy_io
+
+        io = load_starvla_policy_io(p["checkpoint"], p["robot_type"] or None, stats_path=p["norm_stats_path"] or None)
     else:
         if not p["checkpoint"]:
             raise ValueError(f"policy_io {convention} reads the checkpoint directory: set checkpoint")

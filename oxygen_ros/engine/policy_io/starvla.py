@@ -467,6 +467,38 @@ class StarVLAPolicyIO:
             out.append(frame)
         return qwen3vl_pixels(out, self.image_settings, device=device)
 
+    # ------------------------------------------------------------ the node's contract
+    convention = "starvla"
+    camera_slots = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")   # the Qwen3-VL models' slots
+
+    @property
+    def action_dims(self) -> int:
+        return self.action_dim
+
+    def observation(self, images: dict, state, task: str, stamp: float = 0.0):
+        """The engine's Observation for one frame (PolicyIO.observation's contract): the
+        config's views (the first n_images slots, resized to its image_size), and the whole
+        chat prompt as segments for the Qwen3-VL prefix (model/qwen3vl_vla.py): the images,
+        then the instruction with the state as text; the head itself reads no state."""
+        from ..observation import Observation
+
+        slots = self.camera_slots[: self.n_images or 1]
+        missing = [s for s in slots if images.get(s) is None]
+        if missing:
+            raise PolicyIOError(f"StarVLA run {self.run_dir}: no image for {missing} (it takes {len(slots)} view(s))")
+        frames = []
+        for s in slots:
+            frame = images[s]
+            if self.train_image_size is not None:
+                from PIL import Image
+                frame = np.array(Image.fromarray(np.ascontiguousarray(frame)).resize(self.train_image_size,
+                                                                                     resample=Image.BICUBIC))
+            frames.append(frame)
+        text = self.instruction_text(task, state)
+        segments = ["<|im_start|>user\n", *([None] * len(frames)), f"{text}<|im_end|>\n<|im_start|>assistant\n"]
+        return Observation(images=dict(zip(slots, frames)), state=np.zeros(1), instruction=text, stamp=stamp,
+                           extra={"prompt_segments": segments})
+
     # ------------------------------------------------------------ summary
     def summary(self) -> dict:
         modes = self.state_modes if isinstance(self.state_modes, str) else list(self.state_modes)
