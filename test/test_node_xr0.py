@@ -107,7 +107,7 @@ def test_auto_picks_xr0_for_an_xr0_checkpoint_only(xr0_dir):
     assert choose_policy_io(params(xr0_dir, model="xr0-cpu", checkpoint="")) == "limits"
     assert choose_policy_io(params(xr0_dir, model="pi05")) == "checkpoint"           # unchanged
     assert choose_policy_io(params(xr0_dir, policy_io="limits")) == "limits"
-    with pytest.raises(ValueError, match="policy_io must be auto, limits, openpi, lerobot or xr0"):
+    with pytest.raises(ValueError, match="policy_io must be one of auto, limits, openpi, lerobot, xr0, starvla"):
         choose_policy_io(params(xr0_dir, policy_io="xr1"))
     spec = SPEC["robot_type"]
     assert spec.default == "" and spec.when == "configure" and "only type" in spec.description
