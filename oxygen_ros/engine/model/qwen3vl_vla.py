@@ -39,7 +39,7 @@ from ..observation import ObservationError
 from ..policy_io.qwen3vl_images import Qwen3VLImageSettings, image_token_count, qwen3vl_pixels, smart_resize
 from ..transfer import to_device
 from .decoder import Decoder
-from .layers import packed_groups
+from .engine_model import EngineModel
 from .mrope import rope_index, text_positions
 from .qwen3vl_vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
 from .xr0_head import XR0Head, XR0HeadConfig
@@ -122,7 +122,7 @@ class Prefix:
         return self.embeds.shape
 
 
-class Qwen3VLVLA(nn.Module):
+class Qwen3VLVLA(EngineModel):
     supports_graphs = False
 
     def __init__(self, cfg: Qwen3VLModelConfig):
@@ -146,35 +146,7 @@ class Qwen3VLVLA(nn.Module):
         if len(set(names)) != len(names) or any(not n for n in names):
             raise ValueError(f"extra experts need distinct non-empty names, got {names}")
 
-    # -- what the engine asks of every model --------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        return self.backbone.embed_tokens.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.backbone.embed_tokens.weight.dtype
-
-    def to(self, *args, **kwargs):
-        out = super().to(*args, **kwargs)
-        self.backbone.rope.to(self.device)
-        return out
-
-    def pack_weights(self) -> "Qwen3VLVLA":
-        for group in packed_groups(self):
-            group.pack()
-        return self
-
-    def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
-        kw = {k: v for k, v in (("horizon", horizon), ("denoise_steps", denoise_steps)) if v is not None}
-        if any(v < 1 for v in kw.values()):
-            raise ValueError(f"horizon and denoise_steps must be >= 1, got {kw}")
-        self.cfg = self.cfg.with_expert(**kw)
-        self.expert.cfg = self.cfg.expert
-
-    def weight_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.parameters())
-
+    # -- what the engine asks of every model (device, dtype, packing: EngineModel) -----
     def new_pool(self, capacity: int, max_len: int) -> KVPool:
         bb = self.cfg.backbone
         return KVPool(bb.depth, capacity, max_len, bb.num_kv_heads, bb.head_dim, dtype=self.dtype,
@@ -310,9 +282,6 @@ class Qwen3VLVLA(nn.Module):
         hidden = self.backbone(self.backbone.embed(ids[:, None]), positions, pool, slice(0, b), lengths,
                                read_len, mask)
         return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
-
-    def greedy_next(self, hidden_rows: torch.Tensor) -> torch.Tensor:
-        return self.backbone.logits(hidden_rows).argmax(dim=-1)
 
 
 def reads_hidden(expert_cfg) -> bool:

@@ -8,52 +8,20 @@ from torch import nn
 
 from ..config import ModelConfig
 from .decoder import Decoder
+from .engine_model import EngineModel
 from .expert import ActionExpert
 from ..kv_pool import KVPool
-from .layers import packed_groups
 from ..transfer import to_device
 from .vision import VisionEncoder
 
 
-class VLAModel(nn.Module):
+class VLAModel(EngineModel):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.vision = VisionEncoder(cfg.vision, cfg.backbone.width)
         self.backbone = Decoder(cfg.backbone)
         self.expert = ActionExpert(cfg.expert, cfg.backbone)
-
-    @property
-    def device(self) -> torch.device:
-        return self.backbone.embed_tokens.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.backbone.embed_tokens.weight.dtype
-
-    def to(self, *args, **kwargs):
-        out = super().to(*args, **kwargs)
-        self.backbone.rope.to(self.device)
-        return out
-
-    def pack_weights(self) -> "VLAModel":
-        """Lay out the vision encoder's, backbone's and expert's projections for fast
-        inference, in place (no extra memory). Call after the final weights, dtype and
-        device are set."""
-        for group in packed_groups(self):
-            group.pack()
-        return self
-
-    def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
-        """Change the chunk horizon or the number of Euler steps (neither is a weight shape)."""
-        kw = {k: v for k, v in (("horizon", horizon), ("denoise_steps", denoise_steps)) if v is not None}
-        if any(v < 1 for v in kw.values()):
-            raise ValueError(f"horizon and denoise_steps must be >= 1, got {kw}")
-        self.cfg = self.cfg.with_expert(**kw)
-        self.expert.cfg = self.cfg.expert
-
-    def weight_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.parameters())
 
     def new_pool(self, capacity: int, max_len: int) -> KVPool:
         bb = self.cfg.backbone
@@ -135,9 +103,6 @@ class VLAModel(nn.Module):
         mask.masked_fill_(hidden_pos[:, None, None, :], float("-inf"))     # additive, built once
         hidden = self.backbone(x, lengths[:, None], pool, slice(0, b), lengths, read_len, mask)
         return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
-
-    def greedy_next(self, hidden_rows: torch.Tensor) -> torch.Tensor:
-        return self.backbone.logits(hidden_rows).argmax(dim=-1)
 
 
 @torch.no_grad()

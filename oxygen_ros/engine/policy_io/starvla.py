@@ -86,7 +86,6 @@ ASSUMPTIONS (marked because the source does not pin them):
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +93,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .checkpoint import read_json as read_if_present
 from .errors import PolicyIOError
 from .qwen3vl_images import RESIZE_MODES, Qwen3VLImageSettings, qwen3vl_pixels
 
@@ -145,13 +145,10 @@ def find_run_file(dirs: Sequence[Path], names: Sequence[str]) -> Path | None:
 
 
 def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PolicyIOError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PolicyIOError(f"{path} does not hold a JSON object")
-    return data
+    """The JSON object in `path` (which must exist)."""
+    if not path.is_file():
+        raise PolicyIOError(f"cannot read {path}: no such file")
+    return read_if_present(path)
 
 
 def read_run_config(path: Path) -> dict:

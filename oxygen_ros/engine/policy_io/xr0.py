@@ -83,7 +83,6 @@ out; the model's chunk horizon must be the robot type's (`horizon()`; the node s
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,15 +117,8 @@ EXPECTED_FORMAT = ('"action_config": {"<robot_type>": {"mean": [[32 floats] x H]
 
 
 def _read_json(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PolicyIOError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PolicyIOError(f"{path} does not hold a JSON object")
-    return data
+    """The JSON object in `path`, None when there is no such file."""
+    return ckpt.read_json(path) if path.is_file() else None
 
 
 def _stat(values, where: str, action_dim: int) -> np.ndarray:
