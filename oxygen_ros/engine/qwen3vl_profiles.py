@@ -9,6 +9,7 @@
   and special ids come from the checkpoint directory (engine/weights/qwen3vl.py);
 - `starvla-pi`: StarVLA's QwenPI_v3 (its head reads the prefix's per-layer hidden states);
   from a StarVLA checkpoint and the base Qwen3-VL directory it was trained from;
+  `starvla-cpu` its structure at CPU size, random;
 - `qwen3vl-multi-tiny` / `qwen3vl-multi-cpu`: several action experts on one Qwen3-VL
   prefix, language included (OxyGen's multi-expert measurement): XR-0's head first (the
   arm), then a StarVLA PI_v3-style head reading the per-layer hidden states ("hands"),
@@ -95,5 +96,10 @@ QWEN3VL_MULTI_CPU = dataclasses.replace(XR0_CPU, name="qwen3vl-multi-cpu", extra
 # special ids come from the checkpoint and its base Qwen3-VL directory (engine/weights/starvla.py)
 STARVLA_PI = dataclasses.replace(XR0, name="starvla-pi", expert=PIv3HeadConfig())
 
-QWEN3VL_PROFILES = {c.name: c for c in (QWEN3VL_TINY, XR0_CPU, XR0, STARVLA_PI, QWEN3VL_MULTI_TINY,
-                                        QWEN3VL_MULTI_CPU)}
+# QwenPI_v3's structure at CPU size, random: xr0-cpu's backbone, a PI_v3 head with a block
+# per backbone layer (12) at a quarter of its width
+STARVLA_CPU = dataclasses.replace(XR0_CPU, name="starvla-cpu", expert=PIv3HeadConfig(
+    depth=12, width=256, num_heads=4, head_dim=64, backbone_hidden=512, decoder_hidden=256))
+
+QWEN3VL_PROFILES = {c.name: c for c in (QWEN3VL_TINY, XR0_CPU, XR0, STARVLA_PI, STARVLA_CPU,
+                                        QWEN3VL_MULTI_TINY, QWEN3VL_MULTI_CPU)}

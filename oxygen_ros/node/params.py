@@ -36,7 +36,7 @@ SPECS = [
          "Progress questions decoded or waiting at once; more get an unsuccessful response. "
          "Also sizes the executor's thread pool.", (1, 64)),
     # -- model and engine --------------------------------------------------------------
-    Spec("model", "tiny", "configure", "Model profile: tiny | smol | pi05 | pi05-quarter | qwen3vl-tiny | xr0-cpu | xr0 | qwen3vl-multi-tiny | qwen3vl-multi-cpu."),
+    Spec("model", "tiny", "configure", "Model profile: tiny | smol | pi05 | pi05-quarter | qwen3vl-tiny | xr0-cpu | xr0 | starvla-pi | starvla-cpu | qwen3vl-multi-tiny | qwen3vl-multi-cpu."),
     Spec("checkpoint", "", "configure", "Weights file or directory; empty: the profile's default."),
     Spec("tokenizer_path", "", "configure", "Tokenizer file; empty: the profile's default."),
     Spec("dtype", "float32", "configure", "Weight and KV dtype: float32 | bfloat16 | float16."),

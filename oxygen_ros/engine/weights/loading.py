@@ -81,7 +81,7 @@ def load_model(name: str, checkpoint: str | None = None, tokenizer_path: str | N
         model, tok = build_random_model(cfg), ByteTokenizer()
     elif name == "smol":
         model, tok = load_smol(cfg, gguf_path=checkpoint, tokenizer_path=tokenizer_path)
-    elif name in ("qwen3vl-tiny", "xr0-cpu", "qwen3vl-multi-tiny", "qwen3vl-multi-cpu"):
+    elif name in ("qwen3vl-tiny", "xr0-cpu", "starvla-cpu", "qwen3vl-multi-tiny", "qwen3vl-multi-cpu"):
         from ..model.qwen3vl_vla import build_random_qwen3vl   # lazy: only Qwen3-VL users need it
 
         if checkpoint:
