@@ -210,3 +210,35 @@ def test_the_multi_expert_profile_runs_kv_and_hidden_state_readers_exactly():
     # the hidden-state reader depends on the image: another frame, another chunk
     other = engine.step(observation(1), main, expert_noise=noise).expert_actions["hands"]
     assert np.abs(other - res.expert_actions["hands"]).max() > 1e-4
+
+
+# -- Real-Time Chunking on XR-0's head ---------------------------------------------------------
+def test_guided_rtc_on_the_xr0_head_pulls_the_start_of_the_chunk_toward_the_prefix():
+    """XR-0's time runs 0 -> 1, so x0_hat = x + (1 - t) v and the guidance adds w g. With
+    beta 0 the guided path is the plain one (to float rounding of the dense products); with
+    the cap at 10 the guided rows end much closer to the target than unguided, the rows past
+    the execution horizon are left alone, and the pool's prefix is untouched."""
+    from oxygen_ros.engine.rtc import RTCConfig, RTCGuide
+
+    model, tok = qwen_tiny()
+    pool = model.new_pool(1, 256)
+    prefix = model.observation_prefix(observation(1), tok)
+    model.prefill(prefix, pool, 0)
+    before = pool.k[:, 0, :, :prefix.shape[1]].clone()
+    noise = torch.randn(10, 8, generator=torch.Generator().manual_seed(0))
+    target = torch.full((10, 8), 0.5)
+    with torch.inference_mode():
+        plain = model.sample_actions(pool, 0, prefix.shape[1], noise, prefix=prefix)
+        weak = model.sample_actions(pool, 0, prefix.shape[1], noise, prefix=prefix,
+                                    rtc=RTCGuide(RTCConfig("guided", beta=0.0, execution_horizon=6), target, 2))
+        pulled = model.sample_actions(pool, 0, prefix.shape[1], noise, prefix=prefix,
+                                      rtc=RTCGuide(RTCConfig("guided", beta=10.0, execution_horizon=6), target, 2))
+    assert (weak - plain).abs().max() <= 1e-4
+    far, near = (plain[:2] - 0.5).abs().mean(), (pulled[:2] - 0.5).abs().mean()
+    assert near < 0.5 * far, (float(near), float(far))
+    assert (pulled[6:] - plain[6:]).abs().max() < (pulled[:2] - plain[:2]).abs().max()
+    assert torch.equal(pool.k[:, 0, :, :prefix.shape[1]], before)
+    with pytest.raises(ValueError, match="not available for the XR-0 head"):
+        with torch.inference_mode():
+            model.sample_actions(pool, 0, prefix.shape[1], noise, prefix=prefix,
+                                 rtc=RTCGuide(RTCConfig("trained"), target, 2))

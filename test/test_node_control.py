@@ -201,11 +201,13 @@ def test_question_answered_while_chunks_keep_flowing(run):
 
 
 @pytest.mark.ros
-def test_rtc_guides_every_chunk_after_the_first_and_says_so(start_node):
+@pytest.mark.parametrize("model", ["tiny", "qwen3vl-tiny"])
+def test_rtc_guides_every_chunk_after_the_first_and_says_so(start_node, model):
     """rtc_mode guided over DDS: the first chunk after activation is sampled plainly (a log
     line says why), every later one is guided over a measured delay >= 1 step, shown in
-    FrameTiming and /diagnostics; a question is still answered."""
-    node = start_node(autostart=True, rtc_mode="guided", narration_every_n_frames=5)
+    FrameTiming and /diagnostics; a question is still answered. pi0.5's expert (tiny) and
+    XR-0's head (qwen3vl-tiny, flow time the other way round) alike."""
+    node = start_node(autostart=True, rtc_mode="guided", narration_every_n_frames=5, model=model)
     r = run_peers(__file__, {"driver": ["rtc_run", node.namespace]}, timeout=60)["driver"]
     delays = r["delays"]
     assert delays[0] == 0 and len(delays) >= 15 and all(d >= 1 for d in delays[1:]), delays

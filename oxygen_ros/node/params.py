@@ -328,8 +328,9 @@ def _check_xr0(p: dict, model, io, state: JointSpace) -> None:
                          "deploy path feeds the raw state and unnormalises the actions with the checkpoint's "
                          "per-robot-type action statistics): leave normalization and asset_id empty and "
                          "state_in_prompt auto")
-    if p["rtc_mode"] != "off":
-        raise ValueError("Real-Time Chunking is not available for the XR-0 head yet: set rtc_mode off")
+    if p["rtc_mode"] == "trained":
+        raise ValueError("RTC mode trained is not available for the XR-0 head (one flow time per chunk): "
+                         "use rtc_mode guided or off")
     if io.single_view():
         raise ValueError(f"robot_type {io.robot_type!r} (bridge/fractal) takes the client's own prompt text, "
                          "which the node cannot build: choose another robot type")

@@ -239,8 +239,9 @@ class Qwen3VLVLA(EngineModel):
         if prefix is None:
             raise ValueError("the action heads read the frame's state: pass the frame's prefix")
         e = self.expert_config(expert)
-        if rtc is not None and rtc.active(e.horizon):
-            raise ValueError("Real-Time Chunking guidance is not available for these heads yet: set rtc_mode off")
+        guided = rtc is not None and rtc.active(e.horizon)
+        if guided and not isinstance(e, XR0HeadConfig):
+            raise ValueError("Real-Time Chunking is not available for the PI_v3 head yet: set rtc_mode off")
         head = self.expert if expert == 0 else self.extra_experts[expert - 1]
         x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
         if reads_hidden(e):
@@ -252,6 +253,10 @@ class Qwen3VLVLA(EngineModel):
         if state.shape[1] < e.state_dim:
             state = torch.nn.functional.pad(state, (0, e.state_dim - state.shape[1]))
         mask = prefix.action_mask if expert == 0 else None     # the robot type's, of the first expert
+        if guided:
+            from .rtc_sampling import sample_xr0_guided
+
+            return sample_xr0_guided(head, x, state, mask, pool, slot, prefix_len, next_position, rtc)[0]
         return head.sample_actions(pool.k, pool.v, slot, prefix_len, next_position, state, x, mask)[0]
 
     # -- language ----------------------------------------------------------------------------

@@ -100,6 +100,50 @@ def _sample_guided(expert, noise, schedule, rope, caches, guide: RTCGuide) -> to
     return x
 
 
+def sample_xr0_guided(head, noise: torch.Tensor, state: torch.Tensor, action_mask, pool, slot: int,
+                      prefix_len: int, prefix_next_position: int, guide: RTCGuide) -> torch.Tensor:
+    """Xiaomi-Robotics-0's chunk [1, H, D] (model/xr0_head.py) under a guided RTC guide. Its
+    flow time runs the other way, t from 0 (noise) to 1 (actions), dt = +1/steps, v = actions
+    - noise: the clean estimate is x0_hat = x + (1 - t) v, and the paper's own convention
+    applies as written, v' = v + w(t) g with g = (d x0_hat / d x)^T err (w is symmetric in
+    t and 1 - t). Trained RTC needs per-token time conditioning, which XR-0's AdaLN-Zero
+    (one time per chunk) does not have. Reads the prefix K/V as detached views; writes nothing."""
+    if guide.config.mode != "guided":
+        raise ValueError(f"RTC mode {guide.config.mode!r} is not available for the XR-0 head (it conditions "
+                         "the whole chunk on one time): use rtc_mode guided")
+    horizon, dim = noise.shape[1], noise.shape[2]
+    if guide.prefix.shape[1] > dim:
+        raise ValueError(f"RTC prefix has {guide.prefix.shape[1]} columns, the model's actions {dim}")
+    from .xr0_head import rope_tables
+
+    rows, cols = min(guide.rows, horizon), guide.prefix.shape[1]
+    first = head.first_backbone_layer(len(pool.k))
+    caches = [PrefixCacheView(pool.k[first + i], pool.v[first + i], slot, prefix_len) for i in range(head.cfg.depth)]
+    with torch.inference_mode(False), torch.enable_grad(), _dense_products(head):
+        dev, dtype = noise.device, noise.dtype
+        rope = tuple(r.clone() for r in rope_tables(head.token_positions(prefix_next_position, horizon, dev),
+                                                      head.cfg.head_dim, head.cfg.rope_theta, dtype))
+        mask = head.attention_mask(prefix_len, horizon, dev).clone()
+        with torch.no_grad():       # nothing x-independent needs a graph
+            dt, ts, layer_mods = head.schedule()
+            layer_mods = [m.clone() for m in layer_mods]
+            state_tokens = head.state_projector(state.reshape(1, 1, head.cfg.state_dim).to(dtype)).clone()
+        keep = head.dim_mask(action_mask, 1, dev, dtype).clone()
+        target = guide.prefix[:rows].to(dev, dtype).clone()
+        w_rows = guide.weights(horizon)[:rows, None].to(dev, dtype)
+        x = noise.detach().clone()
+        for k, t in enumerate(float(v) for v in ts):
+            x.requires_grad_(True)
+            v = head.velocity(x, state_tokens, keep, [m[k] for m in layer_mods], rope, caches, mask)
+            x0_hat = x + (1.0 - t) * v
+            err = torch.zeros_like(x0_hat)          # rows and columns past the prefix: no target
+            err[0, :rows, :cols] = (target - x0_hat.detach()[0, :rows, :cols]) * w_rows
+            (g,) = torch.autograd.grad(x0_hat, x, grad_outputs=err)
+            v = v.detach() + guidance_weight(t, guide.config.beta) * g
+            x = (x.detach() + dt * v).detach()
+    return x
+
+
 @torch.no_grad()
 def _sample_trained(expert, noise, schedule, rope, caches, guide: RTCGuide) -> torch.Tensor:
     dt, layer_mods, final_mods = schedule
