@@ -2,7 +2,7 @@
 """Real-Time Chunking off vs on, A/B in one run: the simulated robot driven by the node's
 own chunk path, rounds interleaved, the same observations' noise in both.
 
-    .venv/bin/python scripts/rtc_ab.py [--params config/demo.yaml] [--rate 0.33 --action-rate 2]
+    .venv/bin/python scripts/rtc_ab.py [--params config/demo.yaml] [--model NAME] [--rate 0.33 --action-rate 2]
         [--rounds 4 --frames-per-round 8] [--velocities] [--out FILE.json]
 
 RTC only helps where its condition d <= s <= H - d holds (d: the guided chunk's latency
@@ -118,6 +118,8 @@ def main() -> int:
     ap.add_argument("--velocities", action="store_true",
                     help="send point velocities: the controller then interpolates cubically from the "
                          "commanded state and velocity, so the velocity jump is 0 by construction")
+    ap.add_argument("--model", default="", help="model profile instead of the params file's (e.g. qwen3vl-tiny: "
+                                                "XR-0's head, its flow time the other way round)")
     ap.add_argument("--out", default="", help="write the figures as JSON here")
     a = ap.parse_args()
 
@@ -126,6 +128,8 @@ def main() -> int:
     p.update(narration_every_n_frames=0, memory_every_n_frames=0, trajectory_velocities=a.velocities)
     if a.action_rate:
         p["action_rate_hz"] = a.action_rate
+    if a.model:
+        p["model"] = a.model
     full = {**_defaults(), **p}
     model, tok, engine = build_engine(full)
     joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
