@@ -43,7 +43,7 @@ class ChunkStep:
     def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
                  fused: bool = False):
         self.model, self.pool, self.fused = model, pool, fused
-        self.graphs = graphs and model.device.type == "cuda" and getattr(model, "supports_graphs", True)
+        self.graphs = graphs and model.device.type == "cuda" and model.supports_graphs
         self.static = self.graphs or bucket is not None
         self._frame_prefix = None      # the last prefill's prefix (a head may read more than its K/V)
         self.bucket = bucket or (64 if self.graphs else 1)

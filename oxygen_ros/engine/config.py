@@ -137,6 +137,7 @@ class ModelConfig:
     prefix_attention: str = "bidirectional"
     max_prompt_tokens: int = 200
     seed: int = 0
+    extra_experts: tuple = ()      # further action experts on the prefix (Qwen3-VL models have them)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def with_expert(self, **kw) -> "ModelConfig":

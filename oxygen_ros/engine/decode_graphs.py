@@ -28,7 +28,7 @@ class DecodeStep:
     def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
                  pad_rows: bool | None = None):
         self.model, self.pool = model, pool
-        self.graphs = graphs and model.device.type == "cuda" and getattr(model, "supports_graphs", True)
+        self.graphs = graphs and model.device.type == "cuda" and model.supports_graphs
         # eagerly, exact shapes are cheapest; graphs want few distinct shapes
         self.bucket = bucket or (128 if self.graphs else 1)
         self.pad_rows = self.graphs if pad_rows is None else pad_rows

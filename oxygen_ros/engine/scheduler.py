@@ -21,7 +21,7 @@ from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
 from .frame import ChunkResult, FrameResult, PhaseTimer
 from .model.vla import VLAModel
-from .observation import Observation, ObservationError, camera_batch, prefix_text
+from .observation import Observation
 from .requests import LanguageRequest, RequestRejected, TextDelta
 from .tokenizer import TextStream, Tokenizer
 from .transfer import to_device
@@ -97,26 +97,11 @@ class EngineBase:
         return req.request_id
 
     # -- helpers -------------------------------------------------------------------------
-    def prefix_embeddings(self, obs: Observation, timer: PhaseTimer) -> torch.Tensor:
-        """The frame's prefix: pi0.5-style models' embeddings [1, L, W] by the engine's
-        rules below; a model with its own (Qwen3-VL: model/qwen3vl_vla.Prefix) builds it."""
-        cfg = self.model.cfg
-        if hasattr(self.model, "observation_prefix"):
-            with timer("vision"):
-                return self.model.observation_prefix(obs, self.tok)
+    def prefix_embeddings(self, obs: Observation, timer: PhaseTimer):
+        """The frame's prefix, as the model builds it from the observation (pi0.5-style:
+        embeddings [1, L, W]; Qwen3-VL: model/qwen3vl_vla.Prefix)."""
         with timer("vision"):
-            size = cfg.vision.image_size
-            if obs.pixels is not None:
-                images = obs.pixels
-                if images.ndim != 4 or tuple(images.shape[1:]) != (3, size, size):
-                    raise ObservationError(f"pixels must be [N, 3, {size}, {size}], got {list(images.shape)}")
-            else:
-                images = camera_batch(obs, cfg.camera_slots, size)
-            ids = (obs.prompt_ids if obs.prompt_ids is not None
-                   else self.tok.encode(prefix_text(obs.instruction, obs.state), add_bos=True))
-            if len(ids) > cfg.max_prompt_tokens:
-                raise ValueError(f"instruction + state take {len(ids)} tokens, the limit is {cfg.max_prompt_tokens}")
-            return self.model.embed_prefix(images, ids)
+            return self.model.observation_prefix(obs, self.tok)
 
     def frame_noise(self, noise) -> torch.Tensor:
         e = self.model.cfg.expert
@@ -126,7 +111,7 @@ class EngineBase:
 
     def extra_experts(self) -> tuple:
         """The model's further action experts (model/qwen3vl_vla.ExtraExpert), after its first."""
-        return tuple(getattr(self.model.cfg, "extra_experts", ()))
+        return self.model.cfg.extra_experts
 
     def expert_noise(self, expert, given: dict | None) -> torch.Tensor:
         e = expert.cfg
@@ -149,9 +134,7 @@ class EngineBase:
         return out
 
     def prompt_ids(self, req: LanguageRequest) -> list[int]:
-        if hasattr(self.model, "request_ids"):       # a chat model's turn markup around the prompt
-            return self.model.request_ids(self.tok, req.prompt)
-        return self.tok.encode(req.prompt)
+        return self.model.request_ids(self.tok, req.prompt)
 
     def accept_token(self, live: LiveRequest, token: int, deltas: list[TextDelta]) -> bool:
         """Record a generated token and its text delta; True when the request is done."""

@@ -38,7 +38,7 @@ def expert_outputs(p: dict, cfg, first_action_rate_hz: float) -> list[ExpertOutp
     ValueError naming the parameter when one does not fit the model."""
     from ..engine.policy_io import LimitsIO
 
-    experts = tuple(getattr(cfg, "extra_experts", ()))
+    experts = cfg.extra_experts
     names, topics, rates = p["expert_joint_names"], p["expert_trajectory_topics"], p["expert_action_rates_hz"]
     if not experts:
         if names:

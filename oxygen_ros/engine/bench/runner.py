@@ -62,7 +62,7 @@ class ModeRun:
     def __init__(self, mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises):
         shape = workload_shape(model, tok, s, len(frames))
         # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
-        experts = [model.cfg.expert, *(e.cfg for e in getattr(model.cfg, "extra_experts", ()))]
+        experts = [model.cfg.expert, *(e.cfg for e in model.cfg.extra_experts)]
         slot = shape["prefix_len"] + max(shape["prompt_len"] + s.tokens, *(e.tokens for e in experts))
         cfg = EngineConfig(max_requests=math.ceil(s.tokens / s.steps_per_frame) + 2, max_len=slot,
                            max_new_tokens=max(s.tokens, 1), steps_per_frame=s.steps_per_frame,
@@ -409,10 +409,7 @@ def plot_sweep(sweep: dict, path: str) -> None:
 def with_experts(model, count: int):
     """`model` (a Qwen3-VL VLA) with only its first `count` action experts: the same modules
     and weights, the rest left out."""
-    extra = getattr(model.cfg, "extra_experts", None)
-    if extra is None:
-        raise ValueError(f"{model.cfg.name} is a one-expert (pi0.5-style) model; the expert count needs a "
-                         "Qwen3-VL profile with extra experts (qwen3vl-multi-cpu)")
+    extra = model.cfg.extra_experts
     if not 1 <= count <= 1 + len(extra):
         raise ValueError(f"{model.cfg.name} has {1 + len(extra)} action expert(s); asked for {count}")
     view = copy.copy(model)

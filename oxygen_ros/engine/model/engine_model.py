@@ -10,6 +10,7 @@ from .layers import packed_groups
 
 
 class EngineModel(nn.Module):
+    supports_graphs = True      # the CUDA-graph prefill, chunk and decode steps (chunk_graphs, decode_graphs)
     @property
     def device(self) -> torch.device:
         return self.backbone.embed_tokens.weight.device

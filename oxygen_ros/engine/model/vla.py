@@ -11,6 +11,7 @@ from .decoder import Decoder
 from .engine_model import EngineModel
 from .expert import ActionExpert
 from ..kv_pool import KVPool
+from ..observation import ObservationError, camera_batch, prefix_text
 from ..transfer import to_device
 from .vision import VisionEncoder
 
@@ -29,6 +30,28 @@ class VLAModel(EngineModel):
                       dtype=self.dtype, device=self.device)
 
     # -- the observation prefix ------------------------------------------------------
+    def observation_prefix(self, obs, tok) -> torch.Tensor:
+        """The frame's prefix embeddings [1, L, W] from an engine.observation.Observation:
+        obs.pixels / obs.prompt_ids where a policy I/O made them, else the present cameras
+        resized and pi0.5's "Task: ..., State: ...;" text with the state as 256 bins."""
+        cfg = self.cfg
+        size = cfg.vision.image_size
+        if obs.pixels is not None:
+            images = obs.pixels
+            if images.ndim != 4 or tuple(images.shape[1:]) != (3, size, size):
+                raise ObservationError(f"pixels must be [N, 3, {size}, {size}], got {list(images.shape)}")
+        else:
+            images = camera_batch(obs, cfg.camera_slots, size)
+        ids = (obs.prompt_ids if obs.prompt_ids is not None
+               else tok.encode(prefix_text(obs.instruction, obs.state), add_bos=True))
+        if len(ids) > cfg.max_prompt_tokens:
+            raise ValueError(f"instruction + state take {len(ids)} tokens, the limit is {cfg.max_prompt_tokens}")
+        return self.embed_prefix(images, ids)
+
+    def request_ids(self, tok, prompt: str) -> list[int]:
+        """A language request's tokens after the prefix: the prompt as it is."""
+        return tok.encode(prompt)
+
     def embed_prefix(self, images: torch.Tensor, prompt_ids: list[int]) -> torch.Tensor:
         """Valid camera images [N, 3, S, S] + prompt token ids -> prefix embeddings [1, L, W].
 

@@ -178,11 +178,9 @@ def _get(d, *keys, default=None):
 
 
 # -- state bins -----------------------------------------------------------------------------
-def state_bins(normalized_state, clip: bool = True) -> np.ndarray:
-    """A normalised state [S] -> int64 bins [S], StarVLA's np.digitize over 256 uniform bins
-    on [-1, 1] (see the module docstring for the edges). clip=False keeps StarVLA's raw
-    behaviour below -1 (bin -1)."""
-    x = np.asarray(normalized_state)
+def _state_vector(state, when: str = "") -> np.ndarray:
+    """A state as a finite float64 vector [S] ([1, S] accepted: S1 uses state[0])."""
+    x = np.asarray(state)
     if x.ndim == 2 and x.shape[0] == 1:
         x = x[0]
     if x.ndim != 1 or x.size == 0 or x.dtype.kind not in "iuf":
@@ -190,7 +188,15 @@ def state_bins(normalized_state, clip: bool = True) -> np.ndarray:
                             f"{getattr(x, 'dtype', '')} shape {x.shape}")
     x = x.astype(np.float64)
     if not np.all(np.isfinite(x)):
-        raise PolicyIOError(f"state contains NaN or inf after normalisation: {x.tolist()}")
+        raise PolicyIOError(f"state contains NaN or inf{' ' + when if when else ''}: {x.tolist()}")
+    return x
+
+
+def state_bins(normalized_state, clip: bool = True) -> np.ndarray:
+    """A normalised state [S] -> int64 bins [S], StarVLA's np.digitize over 256 uniform bins
+    on [-1, 1] (see the module docstring for the edges). clip=False keeps StarVLA's raw
+    behaviour below -1 (bin -1)."""
+    x = _state_vector(normalized_state, "after normalisation")
     if clip:
         x = np.clip(x, -1.0, 1.0)
     return (np.digitize(x, BIN_EDGES) - 1).astype(np.int64)
@@ -309,16 +315,7 @@ class StarVLAPolicyIO:
         return tuple(self.state_modes)
 
     def _raw_state(self, state) -> np.ndarray:
-        x = np.asarray(state)
-        if x.ndim == 2 and x.shape[0] == 1:          # the example's [1, state_dim]; S1 uses state[0]
-            x = x[0]
-        if x.ndim != 1 or x.size == 0 or x.dtype.kind not in "iuf":
-            raise PolicyIOError(f"state must be a non-empty 1-D numeric vector (or [1, S]), got "
-                                f"{getattr(x, 'dtype', '')} shape {x.shape}")
-        x = x.astype(np.float64)
-        if not np.all(np.isfinite(x)):
-            raise PolicyIOError(f"state contains NaN or inf: {x.tolist()}")
-        return x
+        return _state_vector(state)
 
     def normalize_state(self, state) -> np.ndarray:
         """Raw state [S] -> the training transform's normalised state [S] float64 (S5)."""
