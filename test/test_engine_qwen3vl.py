@@ -242,3 +242,64 @@ def test_guided_rtc_on_the_xr0_head_pulls_the_start_of_the_chunk_toward_the_pref
         with torch.inference_mode():
             model.sample_actions(pool, 0, prefix.shape[1], noise, prefix=prefix,
                                  rtc=RTCGuide(RTCConfig("trained"), target, 2))
+
+
+# -- Real-Time Chunking on StarVLA's PI_v3 head and on further experts --------------------------
+def test_guided_rtc_on_the_pi_v3_head_pulls_the_start_of_the_chunk_toward_the_prefix():
+    """PI_v3's flow also runs t = k / N from 0 to 1 (x0_hat = x + (1 - t) v, v' = v + w g),
+    over the pool's per-layer hidden states: beta 0 is the plain path, beta 10 pulls the
+    guided rows toward the target, rows past the execution horizon move less, and the
+    pool's hidden states are untouched."""
+    from oxygen_ros.engine.rtc import RTCConfig, RTCGuide
+    from oxygen_ros.engine.weights.loading import load_model
+
+    model, tok = load_model("qwen3vl-multi-tiny")
+    hands = model.expert_config(1)
+    pool = model.new_pool(1, 256)
+    prefix = model.observation_prefix(observation(2), tok)
+    model.prefill(prefix, pool, 0)
+    before = pool.hidden.clone()
+    noise = torch.randn(hands.horizon, hands.action_dim, generator=torch.Generator().manual_seed(3))
+    target = torch.full((hands.horizon, 4), -0.4)          # 4 of 6 columns guided
+
+    def sample(rtc=None):
+        with torch.inference_mode():
+            return model.sample_actions(pool, 0, prefix.shape[1], noise, prefix=prefix, expert=1, rtc=rtc)
+
+    plain = sample()
+    weak = sample(RTCGuide(RTCConfig("guided", beta=0.0, execution_horizon=4), target, 2))
+    pulled = sample(RTCGuide(RTCConfig("guided", beta=10.0, execution_horizon=4), target, 2))
+    assert (weak - plain).abs().max() <= 1e-4
+    far, near = (plain[:2, :4] + 0.4).abs().mean(), (pulled[:2, :4] + 0.4).abs().mean()
+    assert near < 0.5 * far, (float(near), float(far))
+    assert (pulled[4:] - plain[4:]).abs().max() < (pulled[:2] - plain[:2]).abs().max()
+    assert torch.equal(pool.hidden, before)
+    with pytest.raises(ValueError, match="not available for the PI_v3 head"):
+        sample(RTCGuide(RTCConfig("trained"), target, 2))
+
+
+def test_each_further_expert_follows_its_own_guide_and_equals_its_isolated_guided_run():
+    """expert_rtc guides each further expert by name (a K/V reader and a hidden-state
+    reader), on the one shared prefix; each guided chunk equals the same expert guided
+    alone from its own prefill (1e-5), and differs from its unguided chunk."""
+    from oxygen_ros.engine.rtc import RTCConfig, RTCGuide
+    from oxygen_ros.engine.weights.loading import load_model
+
+    model, tok = load_model("qwen3vl-multi-tiny")
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=2, max_new_tokens=4))
+    iso = IsolatedRunner(model, tok, EngineConfig(max_new_tokens=4))
+    cfg = RTCConfig("guided", beta=10.0, execution_horizon=4)
+    guides = {"hands": RTCGuide(cfg, torch.full((6, 6), 0.3), 2), "base": RTCGuide(cfg, torch.full((5, 3), -0.3), 1)}
+    o = observation(3)
+    gen = torch.Generator().manual_seed(7)
+    noise = {"hands": torch.randn(6, 6, generator=gen), "base": torch.randn(5, 3, generator=gen)}
+    main = torch.randn(10, 8, generator=gen)
+    guided = engine.step(o, main, expert_noise=noise, expert_rtc=guides)
+    plain = engine.step(o, main, expert_noise=noise)
+    assert np.abs(guided.actions - plain.actions).max() <= 1e-5      # the first expert was not guided
+    for name, guide in guides.items():
+        alone = iso.expert_action(o, name, noise[name], rtc=guide)
+        assert np.abs(alone - guided.expert_actions[name]).max() <= 1e-5, name
+        target = guide.prefix[0, 0].item()
+        assert np.abs(guided.expert_actions[name][:guide.delay] - target).mean() < \
+            np.abs(plain.expert_actions[name][:guide.delay] - target).mean(), name

@@ -2,7 +2,8 @@
 for the arm, a PI_v3 head on the prefix hidden states for the hands, a second XR-0-style
 head for the base) over real DDS: each expert's trajectory on its own topic with its own
 joints, horizon and action rate, all stamped at the same observation; FrameTiming names
-every further expert with its phase time; language keeps decoding."""
+every further expert with its phase time; language keeps decoding; with RTC every expert
+has its own planner."""
 import time
 
 import pytest
@@ -66,6 +67,51 @@ def test_every_expert_publishes_its_own_trajectory(start_node):
     assert node.alive()
 
 
+def rtc_multi_run(namespace, *, deadline):
+    """Chunks of every expert with RTC guided: positions, and /diagnostics' robot time."""
+    from node_driver import Driver
+
+    d = Driver(namespace, trajectory_topics=("joint_trajectory/hands", "joint_trajectory/base"))
+    try:
+        d.wait_until(lambda: all(len(c) >= 10 for c in d.expert_chunks.values()), 40.0,
+                     "10 chunks on every further expert's topic")
+        time.sleep(1.5)                                      # a /diagnostics message or two
+        return {"hands": [list(p.positions) for _, m in list(d.expert_chunks["joint_trajectory/hands"])
+                          for p in m.points],
+                "delays": [m.rtc_delay_steps for _, m in list(d.timings)],
+                "robot_time": d.diag_values.get("robot time", {})}
+    finally:
+        d.close()
+
+
+@pytest.mark.ros
+def test_every_expert_has_its_own_rtc_planner_and_statistics(start_node, tmp_path):
+    """rtc_mode guided on a multi-expert model: each further expert (the PI_v3 hidden-state
+    reader too) is guided by its own planner after its own first chunk (/diagnostics per
+    expert); the hands' own quantile statistics, not their joint limits, set where their
+    positions land (q01 0.4 .. q99 0.5 inside limits 0 .. 1)."""
+    import json
+
+    stats = tmp_path / "hands_norm_stats.json"
+    stats.write_text(json.dumps({"norm_stats": {"actions": {"q01": [0.4] * 6, "q99": [0.5] * 6}}}))
+    node = start_node(autostart=True, model="qwen3vl-multi-tiny", rtc_mode="guided",
+                      expert_joint_names=[",".join(HANDS), ",".join(BASE)],
+                      expert_joint_lower_limits=[0.0] * 4 + [-1.0, -3.0],
+                      expert_joint_upper_limits=[1.0] * 4 + [1.0, 3.0],
+                      expert_action_statistics=[str(stats)])
+    r = run_peers(__file__, {"driver": ["rtc_multi_run", node.namespace]}, timeout=90)["driver"]
+    rt = r["robot_time"]
+    for name in ("hands", "base"):
+        assert rt.get(f"rtc_plain_chunks:{name}") == "1", rt       # only its first chunk was plain
+        assert int(rt[f"rtc_delay_steps:{name}"]) >= 1, rt
+    assert all(d >= 1 for d in r["delays"][1:]), r["delays"]
+    hands = [x for row in r["hands"] for x in row]
+    # a random head's model actions lie within a few units of 0 -> (y + 1) / 2 * 0.1 + 0.4 stays
+    # well inside 0 .. 1; the limits convention maps y = +-1 onto 0 and 1 and would clip there
+    assert 0.1 < min(hands) and max(hands) < 0.9 and max(hands) - min(hands) > 1e-3, (min(hands), max(hands))
+    assert node.alive()
+
+
 @pytest.mark.ros
 def test_expert_joints_must_fit_the_model(start_node):
     """A multi-expert model without its experts' joints fails configure, naming the parameter."""
@@ -78,4 +124,4 @@ def test_expert_joints_must_fit_the_model(start_node):
 
 
 if __name__ == "__main__":
-    run_as_peer({"multi_run": multi_run})
+    run_as_peer({"multi_run": multi_run, "rtc_multi_run": rtc_multi_run})

@@ -160,7 +160,6 @@ def test_unknown_or_missing_robot_type_fails_with_the_checkpoints_types(xr0_dir,
 
 @pytest.mark.parametrize("overrides, match", [
     ({"camera_topics": ["camera/base/image_raw"]}, r"2 views \(\[base, wrist_left\]\): set camera_topics to 2"),
-    ({"rtc_mode": "trained"}, "trained is not available for the XR-0 head"),
     ({"normalization": "quantile"}, "normalization do.* not apply to policy_io xr0"),
     ({"action_dims": 5}, r"action_dims is 5 but robot_type 'libero_all' has 7 active action dims \[0, 1, 2, 3"),
     ({"action_joint_names": ACTIONS[:6], "action_lower_limits": [-1.0] * 6, "action_upper_limits": [1.0] * 6},

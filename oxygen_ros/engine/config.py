@@ -119,6 +119,9 @@ class ExpertConfig:
     action_dim: int = 32
     denoise_steps: int = 10
 
+    # per-token flow time in its adaptive norms: both Real-Time Chunking modes (engine/rtc.py)
+    rtc_modes = ("guided", "trained")
+
     @property
     def tokens(self) -> int:
         """KV entries the expert writes past the prefix: its action tokens."""

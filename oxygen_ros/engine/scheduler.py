@@ -121,14 +121,16 @@ class EngineBase:
         return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
 
     def run_extra_experts(self, pool, slot: int, plen: int, prefix, timer: PhaseTimer,
-                          expert_noise: dict | None = None) -> dict:
-        """Every further expert's chunk on the frame's prefix in `slot`, in order, each timed
-        as phase "action:<name>" and marked "chunk:<name>" when ready."""
+                          expert_noise: dict | None = None, expert_rtc: dict | None = None) -> dict:
+        """Every further expert's chunk on the frame's prefix in `slot`, in order (guided by
+        its RTCGuide in `expert_rtc`, by name, where given), each timed as phase
+        "action:<name>" and marked "chunk:<name>" when ready."""
         out = {}
         for i, expert in enumerate(self.extra_experts(), start=1):
             noise = self.expert_noise(expert, expert_noise)
             with timer(f"action:{expert.name}"):
-                chunk = self.model.sample_actions(pool, slot, plen, noise, prefix=prefix, expert=i)
+                chunk = self.model.sample_actions(pool, slot, plen, noise, rtc=(expert_rtc or {}).get(expert.name),
+                                                  prefix=prefix, expert=i)
                 out[expert.name] = chunk.float().cpu().numpy()
             timer.mark(f"chunk:{expert.name}")
         return out
@@ -184,10 +186,12 @@ class OxygenEngine(EngineBase):
         return self.pool.free_slots + self.config.max_queue - len(self.pending)
 
     @torch.inference_mode()
-    def act(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None) -> ChunkResult:
+    def act(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None,
+            expert_rtc: dict | None = None) -> ChunkResult:
         """The frame's first half: prefill the observation once and sample the action
         chunk (guided by `rtc`, an engine.rtc.RTCGuide, where given), then every further
-        expert's on the same prefix (`expert_noise`: their noise by name). The chunks are
+        expert's on the same prefix (`expert_noise`, `expert_rtc`: their noise and guides by
+        name). The chunks are
         handed out before any language work, so a caller publishes them at once; `talk()`
         then admits and decodes and finishes the frame."""
         if self._open is not None:
@@ -202,7 +206,7 @@ class OxygenEngine(EngineBase):
         with timer("action"):
             actions = self.chunk.sample(plen, self.frame_noise(noise), rtc).float().cpu().numpy()
         timer.mark("chunk")
-        extra = self.run_extra_experts(self.pool, staging, plen, prefix, timer, expert_noise)
+        extra = self.run_extra_experts(self.pool, staging, plen, prefix, timer, expert_noise, expert_rtc)
         self._open = (timer, staging, plen, actions, extra)
         return ChunkResult(self.frame_index, actions, {**timer.ms, **timer.marks}, extra)
 
@@ -233,19 +237,21 @@ class OxygenEngine(EngineBase):
         self.frame_index += 1
         return result
 
-    def warm_up(self, obs: Observation, rtc=None) -> float:
+    def warm_up(self, obs: Observation, rtc=None, expert_rtc: dict | None = None) -> float:
         """The frame's first half once, outside any frame (nothing counted, no noise drawn,
         nothing admitted), so one-time costs of a path, such as RTC's first backward pass,
         are paid at configure and not by the first chunks. Returns its milliseconds."""
         t0 = time.perf_counter()
         e = self.model.cfg.expert
-        self.act(obs, torch.zeros(e.horizon, e.action_dim), rtc)
+        zeros = {x.name: torch.zeros(x.cfg.horizon, x.cfg.action_dim) for x in self.extra_experts()}
+        self.act(obs, torch.zeros(e.horizon, e.action_dim), rtc, zeros, expert_rtc)
         self._open = None
         return (time.perf_counter() - t0) * 1e3
 
-    def step(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None) -> FrameResult:
+    def step(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None,
+             expert_rtc: dict | None = None) -> FrameResult:
         """A whole frame: act() then talk()."""
-        self.act(obs, noise, rtc, expert_noise)
+        self.act(obs, noise, rtc, expert_noise, expert_rtc)
         return self.talk()
 
     def _admit(self, staging: int, plen: int, deltas: list[TextDelta]) -> None:

@@ -10,9 +10,15 @@ From the parameters, per extra expert in the model's order:
   limits one after the other, in that order (the `limits` convention: model actions in
   [-1, 1] map onto them, and published positions are clipped into them);
 - `expert_action_rates_hz[i]`: the rate of its chunk's points (0 or missing: the first
-  expert's action rate).
+  expert's action rate);
+- `expert_action_statistics[i]`: its own action statistics file (openpi norm_stats.json
+  or LeRobot normalizer .safetensors; engine/policy_io/expert_actions.py), normalization
+  `expert_action_normalizations[i]` (quantile, the default, or mean_std); "" or missing:
+  the limits convention above. Either way the positions are clipped into its limits.
 Its chunk is stamped at the frame's observation, spaced at its rate and published right
 after the first expert's, past points dropped as for the first (node/chunk_plan.py).
+With RTC on (rtc_* parameters, shared by every expert) each expert has its own planner:
+its own previous chunk, delay and guide (node/rtc_planner.py).
 """
 from __future__ import annotations
 
@@ -20,26 +26,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.rtc import RTCConfig
 from .joint_space import JointSpace
+from .rtc_planner import RTCPlanner
 
 
 @dataclass
 class ExpertOutput:
     name: str
     joints: JointSpace
-    io: object                 # engine.policy_io.LimitsIO over the expert's joints
+    io: object                 # LimitsIO or StatsActionIO over the expert's joints
     action_dt: float           # seconds between its chunk's points
     topic: str
     horizon: int
+    rtc: RTCPlanner            # its previous chunk and delay (mode off: never guides)
 
 
-def expert_outputs(p: dict, cfg, first_action_rate_hz: float) -> list[ExpertOutput]:
+def expert_outputs(p: dict, cfg, first_action_rate_hz: float, rtc: RTCConfig) -> list[ExpertOutput]:
     """The ExpertOutputs of the model's extra experts (none for a one-expert model);
     ValueError naming the parameter when one does not fit the model."""
-    from ..engine.policy_io import LimitsIO
+    from ..engine.policy_io import LimitsIO, PolicyIOError
+    from ..engine.policy_io.expert_actions import StatsActionIO
 
     experts = cfg.extra_experts
     names, topics, rates = p["expert_joint_names"], p["expert_trajectory_topics"], p["expert_action_rates_hz"]
+    stats, norms = p["expert_action_statistics"], p["expert_action_normalizations"]
     if not experts:
         if names:
             raise ValueError(f"expert_joint_names is set but model {cfg.name} has one action expert")
@@ -48,9 +59,11 @@ def expert_outputs(p: dict, cfg, first_action_rate_hz: float) -> list[ExpertOutp
         raise ValueError(f"model {cfg.name} has {len(experts)} further action expert(s) "
                          f"({', '.join(e.name for e in experts)}): expert_joint_names needs one "
                          f"comma-separated entry for each, got {len(names)}")
-    if len(topics) > len(experts) or len(rates) > len(experts):
-        raise ValueError("expert_trajectory_topics and expert_action_rates_hz take at most one entry per "
-                         f"further expert ({len(experts)})")
+    for key in ("expert_trajectory_topics", "expert_action_rates_hz", "expert_action_statistics",
+                "expert_action_normalizations"):
+        if len(p[key]) > len(experts):
+            raise ValueError(f"{key} takes at most one entry per further expert ({len(experts)}), "
+                             f"got {len(p[key])}")
     joint_lists = [[n.strip() for n in entry.split(",") if n.strip()] for entry in names]
     lower, upper = list(p["expert_joint_lower_limits"]), list(p["expert_joint_upper_limits"])
     total = sum(len(j) for j in joint_lists)
@@ -69,8 +82,17 @@ def expert_outputs(p: dict, cfg, first_action_rate_hz: float) -> list[ExpertOutp
         at += len(joints)
         rate = rates[i] if i < len(rates) and rates[i] > 0 else first_action_rate_hz
         topic = topics[i] if i < len(topics) and topics[i] else f"joint_trajectory/{expert.name}"
-        io = LimitsIO.from_limits(space.lower, space.upper, space.lower, space.upper, expert.cfg.horizon)
-        out.append(ExpertOutput(expert.name, space, io, 1.0 / rate, topic, expert.cfg.horizon))
+        horizon = expert.cfg.horizon
+        if i < len(stats) and stats[i]:
+            norm = norms[i] if i < len(norms) and norms[i] else "quantile"
+            try:
+                io = StatsActionIO.from_file(stats[i], norm, len(joints), horizon)
+            except PolicyIOError as e:
+                raise ValueError(f"expert_action_statistics[{i}] ({expert.name}): {e}") from e
+        else:
+            io = LimitsIO.from_limits(space.lower, space.upper, space.lower, space.upper, horizon)
+        out.append(ExpertOutput(expert.name, space, io, 1.0 / rate, topic, horizon,
+                                RTCPlanner(rtc, io, rate, horizon)))
     return out
 
 

@@ -55,7 +55,7 @@ from .joint_space import JointSpace
 from .loop_stats import LoopStats
 from .memory_log import MemoryLog, PromptTooLong
 from .questions import QuestionBoard, QuestionRejected
-from .robot_time import RobotTime, warm_up_rtc
+from .robot_time import RobotTime, check_rtc_mode, warm_up_rtc
 from .tick_clock import TickClock
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -180,6 +180,7 @@ class OxygenNode(LifecycleNode):
             self.get_logger().info(f"compressed cameras decoded with {decoder()[0]}")
         joint_input = resolve(p["joint_state_topic"])
         period_s = 1.0 / p["control_rate_hz"]
+        check_rtc_mode(p["rtc_mode"], cfg)
         robot_time = RobotTime.from_params(p, policy, cfg.expert.horizon, period_s)
         for warning in robot_time.configure_warnings:
             self.get_logger().warning(warning)
@@ -198,7 +199,7 @@ class OxygenNode(LifecycleNode):
                       board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
         self._rt = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
-        rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt)
+        rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config)
         rt.pubs = {
             **{f"trajectory:{e.name}": self.create_lifecycle_publisher(JointTrajectory, e.topic, qos.CONTROL)
                for e in rt.experts},
@@ -243,6 +244,8 @@ class OxygenNode(LifecycleNode):
         ret = super().on_activate(state)     # enables the lifecycle publishers
         self._stop.clear()
         self._rt.robot_time.activated()      # the first chunk has nothing to continue
+        for expert in self._rt.experts:
+            expert.rtc.reset()
         self._state = "active"
         self._thread = threading.Thread(target=self._loop, args=(self._rt,), name="oxygen_control",
                                         daemon=True)
@@ -445,8 +448,10 @@ class OxygenNode(LifecycleNode):
         guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
         if note:
             self._log("rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)
+        # each further expert continues its own previous chunk (notes: the first expert's say it)
+        expert_guides = {e.name: e.rtc.guide(obs_stamp_ns / 1e9, state)[0] for e in rt.experts}
         try:
-            chunk = rt.engine.act(obs, rtc=guide)
+            chunk = rt.engine.act(obs, rtc=guide, expert_rtc=expert_guides)
         except (ObservationError, ValueError) as e:
             rt.stats.no_chunk(f"observation rejected by the model: {e}", error=True)
             self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
@@ -513,10 +518,11 @@ class OxygenNode(LifecycleNode):
             positions, clipped = expert_positions(expert, chunk.expert_actions[expert.name])
             rt.clipped_points += clipped
             now_s = self.get_clock().now().nanoseconds / 1e9
-            planned = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
-            if not planned.empty:
+            own = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
+            if not own.empty:
                 rt.pubs[f"trajectory:{expert.name}"].publish(
-                    trajectory_msg(expert.joints.names, planned, None if restamped else obs_stamp_ns))
+                    trajectory_msg(expert.joints.names, own, None if restamped else obs_stamp_ns))
+                expert.rtc.published(own.stamp_s, positions, max(0.0, now_s - obs_s))
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
                 "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
 
@@ -610,11 +616,16 @@ class OxygenNode(LifecycleNode):
             "memory_requests_skipped": rt.skipped_requests["memory"],
             "clock_jumps": rt.monitor.clock_jumps,
         }
+        robot_time = rt.robot_time.diagnostics()
+        if rt.robot_time.rtc.enabled:
+            for e in rt.experts:        # each further expert's own RTC planner
+                robot_time["values"].update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay,
+                                             f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
+                                             f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
         arr = diagnostics.build(
             self.get_fully_qualified_name(), self.get_clock().now().to_msg(), self._state,
             rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
-            rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s,
-            rt.robot_time.diagnostics())
+            rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s, robot_time)
         rt.diag_pub.publish(arr)
 
 

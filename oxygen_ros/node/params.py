@@ -135,6 +135,13 @@ SPECS = [
     Spec("expert_action_rates_hz", Parameter.Type.DOUBLE_ARRAY, "configure",
          "Per further action expert: the rate of its chunk's points (0 or missing: the first "
          "expert's action rate).", required=False),
+    Spec("expert_action_statistics", Parameter.Type.STRING_ARRAY, "configure",
+         "Per further action expert: its action statistics file (openpi norm_stats.json or "
+         "LeRobot normalizer .safetensors); empty or missing: its joint limits are its action "
+         "space.", required=False),
+    Spec("expert_action_normalizations", Parameter.Type.STRING_ARRAY, "configure",
+         "Per further action expert with statistics: quantile (empty or missing) or mean_std.",
+         required=False),
     Spec("frame_timing_topic", "frame_timing", "configure", "oxygen_msgs/FrameTiming output."),
     Spec("narration_topic", "narration", "configure", "TextChunk stream of narrations."),
     Spec("memory_topic", "memory", "configure", "TextChunk stream of memory entries (transient-local)."),
@@ -328,9 +335,6 @@ def _check_xr0(p: dict, model, io, state: JointSpace) -> None:
                          "deploy path feeds the raw state and unnormalises the actions with the checkpoint's "
                          "per-robot-type action statistics): leave normalization and asset_id empty and "
                          "state_in_prompt auto")
-    if p["rtc_mode"] == "trained":
-        raise ValueError("RTC mode trained is not available for the XR-0 head (one flow time per chunk): "
-                         "use rtc_mode guided or off")
     if io.single_view():
         raise ValueError(f"robot_type {io.robot_type!r} (bridge/fractal) takes the client's own prompt text, "
                          "which the node cannot build: choose another robot type")

@@ -41,9 +41,25 @@ def action_rate(p: dict, policy) -> tuple[float, str]:
                      "data, 10 or 20 for LIBERO); it is not the replanning rate control_rate_hz")
 
 
+HEAD_NAMES = {"XR0HeadConfig": "XR-0", "PIv3HeadConfig": "PI_v3", "ExpertConfig": "pi0.5"}
+
+
+def check_rtc_mode(mode: str, cfg) -> None:
+    """ValueError at configure when one of the model's action experts cannot run RTC mode
+    `mode` (RTC applies to every expert: they are all flow models)."""
+    if mode == "off":
+        return
+    heads = [("its action expert", cfg.expert)] + [(f"expert {e.name}", e.cfg) for e in cfg.extra_experts]
+    for what, head in heads:
+        if mode not in head.rtc_modes:
+            raise ValueError(f"RTC mode {mode} is not available for the {HEAD_NAMES.get(type(head).__name__, '?')} "
+                             f"head of model {cfg.name} ({what}: one flow time per chunk): use rtc_mode "
+                             f"{' or '.join(head.rtc_modes)} or off")
+
+
 def warm_up_rtc(engine, policy, config: RTCConfig, instruction: str, state_dims: int) -> float:
-    """Run the RTC path twice on a blank observation (at configure): its first backward
-    passes are several times slower (autograd and allocator set-up), which in the control
+    """Run the RTC path (every expert's) twice on a blank observation (at configure): its
+    first backward passes are several times slower (autograd and allocator set-up), which in the control
     loop would make the first guided chunks late, even expire. Returns the second run's ms."""
     from ..engine.rtc import RTCGuide
 
@@ -52,8 +68,15 @@ def warm_up_rtc(engine, policy, config: RTCConfig, instruction: str, state_dims:
     obs = policy.observation({cfg.camera_slots[0]: np.zeros((size, size, 3), np.uint8)},
                              np.zeros(state_dims), instruction)
     guide = RTCGuide(config, np.zeros((horizon, policy.action_dims), np.float32), delay=max(1, horizon // 4))
-    engine.warm_up(obs, guide)
-    return engine.warm_up(obs, guide)
+    experts = {e.name: RTCGuide(config, np.zeros((e.cfg.horizon, e.cfg.action_dim), np.float32),
+                                delay=max(1, e.cfg.horizon // 4)) for e in cfg.extra_experts}
+    engine.warm_up(obs, guide, experts)
+    return engine.warm_up(obs, guide, experts)
+
+
+def rtc_config(p: dict) -> RTCConfig:
+    return RTCConfig(mode=p["rtc_mode"], schedule=p["rtc_schedule"], beta=p["rtc_beta"],
+                     execution_horizon=p["rtc_execution_horizon"])
 
 
 class RobotTime:
@@ -91,8 +114,7 @@ class RobotTime:
     @classmethod
     def from_params(cls, p: dict, policy, horizon: int, period_s: float) -> "RobotTime":
         rate, source = action_rate(p, policy)
-        config = RTCConfig(mode=p["rtc_mode"], schedule=p["rtc_schedule"], beta=p["rtc_beta"],
-                           execution_horizon=p["rtc_execution_horizon"])
+        config = rtc_config(p)
         return cls(rate, source, p["replanning"], period_s, RTCPlanner(config, policy, rate, horizon),
                    p["chunk_points"], horizon)
 

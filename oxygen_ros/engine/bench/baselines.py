@@ -43,8 +43,9 @@ class IsolatedRunner(EngineBase):
         return actions
 
     @torch.inference_mode()
-    def expert_action(self, obs: Observation, name: str, noise, timer: PhaseTimer | None = None):
-        """A further expert's chunk alone (numpy [H, D]), from its own prefill."""
+    def expert_action(self, obs: Observation, name: str, noise, timer: PhaseTimer | None = None, rtc=None):
+        """A further expert's chunk alone (numpy [H, D]), from its own prefill (guided by
+        `rtc` where given)."""
         timer = timer or PhaseTimer()
         prefix = self.prefix_embeddings(obs, timer)
         with timer("prefill"):
@@ -53,7 +54,7 @@ class IsolatedRunner(EngineBase):
         expert = self.extra_experts()[names.index(name)]
         with timer(f"action:{name}"):
             chunk = self.model.sample_actions(self.pool, 0, prefix.shape[1], self.expert_noise(expert, {name: noise}),
-                                              prefix=prefix, expert=names.index(name) + 1)
+                                              rtc=rtc, prefix=prefix, expert=names.index(name) + 1)
         return chunk.float().cpu().numpy()
 
     @torch.inference_mode()
@@ -86,12 +87,14 @@ class IsolatedRunner(EngineBase):
 class SequentialEngine(IsolatedRunner):
     """Isolated execution: the action with its own prefill, then each request alone."""
 
-    def step(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None) -> FrameResult:
+    def step(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None,
+             expert_rtc: dict | None = None) -> FrameResult:
         timer = PhaseTimer()
         self.tokens_this_frame = 0
         actions = self.action(obs, noise, timer, rtc)
         # every further expert alone too: its own prefill, as without a shared prefix
-        extra = {e.name: self.expert_action(obs, e.name, self.expert_noise(e, expert_noise), timer)
+        extra = {e.name: self.expert_action(obs, e.name, self.expert_noise(e, expert_noise), timer,
+                                            (expert_rtc or {}).get(e.name))
                  for e in self.extra_experts()}
         deltas: list[TextDelta] = []
         while self.pending:

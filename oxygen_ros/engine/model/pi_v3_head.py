@@ -145,6 +145,8 @@ class PIv3HeadConfig:
         """DiT.__init__: odd blocks are built without cross_attention_dim when interleaved."""
         return not (idx % 2 == 1 and self.interleave_self_attention)
 
+    rtc_modes = ("guided",)      # one flow time per chunk (AdaLayerNorm): no trained RTC
+
     @property
     def tokens(self) -> int:
         """Head tokens per chunk (no state token): future tokens + horizon actions."""

@@ -240,12 +240,15 @@ class Qwen3VLVLA(EngineModel):
             raise ValueError("the action heads read the frame's state: pass the frame's prefix")
         e = self.expert_config(expert)
         guided = rtc is not None and rtc.active(e.horizon)
-        if guided and not isinstance(e, XR0HeadConfig):
-            raise ValueError("Real-Time Chunking is not available for the PI_v3 head yet: set rtc_mode off")
         head = self.expert if expert == 0 else self.extra_experts[expert - 1]
         x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
         if reads_hidden(e):
-            return head.sample_actions(pool.hidden[:, None, :prefix_len], None, x)[0]
+            layers = pool.hidden[:, None, :prefix_len]
+            if guided:
+                from .rtc_sampling import sample_piv3_guided
+
+                return sample_piv3_guided(head, x, layers, rtc)[0]
+            return head.sample_actions(layers, None, x)[0]
         if prefix_len + e.tokens > pool.max_len:
             raise ValueError("KV slot too short for prefix + action head tokens")
         next_position = prefix_len + int(pool.offsets[slot])

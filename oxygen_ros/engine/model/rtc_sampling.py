@@ -1,6 +1,6 @@
-"""The action expert's sampling under a Real-Time Chunking guide (engine/rtc.py).
+"""The action experts' sampling under a Real-Time Chunking guide (engine/rtc.py).
 
-Time convention: flow time t from 1 (noise) to 0 (actions), Euler x <- x + dt v with
+Time convention (pi0.5's expert): flow time t from 1 (noise) to 0 (actions), Euler x <- x + dt v with
 dt = -1/steps, v ~ noise - actions, so the clean estimate is x0_hat = x - t v.
 
 guided (training-free, arXiv 2506.07339): at every step
@@ -11,6 +11,8 @@ so x0_hat moves by about |dt| w err: toward Y (for v independent of x exactly th
 x0_hat' = x0_hat + |dt| w err). The paper, with its time running noise -> data and
 dt > 0, writes the same as v + w g; LeRobot's RTCProcessor for pi0/pi05 (tau = 1 - t)
 has x - t v and v - w g, as here.
+Xiaomi-Robotics-0's and StarVLA PI_v3's heads run their time the other way (0 -> 1):
+_guided_forward_time.
 trained (arXiv 2512.05964): the first d tokens are the prefix itself, conditioned with flow
 time 0, at every step; the other tokens integrate as usual; no backward pass.
 
@@ -100,23 +102,50 @@ def _sample_guided(expert, noise, schedule, rope, caches, guide: RTCGuide) -> to
     return x
 
 
+def _forward_time_guide(guide: RTCGuide, noise: torch.Tensor, head_name: str) -> tuple[int, int]:
+    """(guided rows, guided columns) for a head whose flow time runs 0 -> 1; ValueError for
+    a mode it cannot run."""
+    if guide.config.mode != "guided":
+        raise ValueError(f"RTC mode {guide.config.mode!r} is not available for the {head_name} head (it "
+                         "conditions the whole chunk on one time): use rtc_mode guided")
+    if guide.prefix.shape[1] > noise.shape[2]:
+        raise ValueError(f"RTC prefix has {guide.prefix.shape[1]} columns, the model's actions {noise.shape[2]}")
+    return min(guide.rows, noise.shape[1]), guide.prefix.shape[1]
+
+
+def _guided_forward_time(velocity, noise: torch.Tensor, times, dt: float, guide: RTCGuide) -> torch.Tensor:
+    """The guided Euler loop of a head whose flow time runs from 0 (noise) to 1 (actions),
+    dt = +1/steps, v = actions - noise: the clean estimate is x0_hat = x + (1 - t) v and
+    the paper's own convention applies as written, v' = v + w(t) g with
+    g = (d x0_hat / d x)^T err (w is symmetric in t and 1 - t). `velocity(x, k)` is step
+    k's velocity; the caller has left inference mode and enabled grad."""
+    horizon = noise.shape[1]
+    rows, cols = min(guide.rows, horizon), guide.prefix.shape[1]
+    target = guide.prefix[:rows].to(noise.device, noise.dtype).clone()
+    w_rows = guide.weights(horizon)[:rows, None].to(noise.device, noise.dtype)
+    x = noise.detach().clone()
+    for k, t in enumerate(times):
+        x.requires_grad_(True)
+        v = velocity(x, k)
+        x0_hat = x + (1.0 - t) * v
+        err = torch.zeros_like(x0_hat)          # rows and columns past the prefix: no target
+        err[0, :rows, :cols] = (target - x0_hat.detach()[0, :rows, :cols]) * w_rows
+        (g,) = torch.autograd.grad(x0_hat, x, grad_outputs=err)
+        v = v.detach() + guidance_weight(t, guide.config.beta) * g
+        x = (x.detach() + dt * v).detach()
+    return x
+
+
 def sample_xr0_guided(head, noise: torch.Tensor, state: torch.Tensor, action_mask, pool, slot: int,
                       prefix_len: int, prefix_next_position: int, guide: RTCGuide) -> torch.Tensor:
-    """Xiaomi-Robotics-0's chunk [1, H, D] (model/xr0_head.py) under a guided RTC guide. Its
-    flow time runs the other way, t from 0 (noise) to 1 (actions), dt = +1/steps, v = actions
-    - noise: the clean estimate is x0_hat = x + (1 - t) v, and the paper's own convention
-    applies as written, v' = v + w(t) g with g = (d x0_hat / d x)^T err (w is symmetric in
-    t and 1 - t). Trained RTC needs per-token time conditioning, which XR-0's AdaLN-Zero
-    (one time per chunk) does not have. Reads the prefix K/V as detached views; writes nothing."""
-    if guide.config.mode != "guided":
-        raise ValueError(f"RTC mode {guide.config.mode!r} is not available for the XR-0 head (it conditions "
-                         "the whole chunk on one time): use rtc_mode guided")
-    horizon, dim = noise.shape[1], noise.shape[2]
-    if guide.prefix.shape[1] > dim:
-        raise ValueError(f"RTC prefix has {guide.prefix.shape[1]} columns, the model's actions {dim}")
+    """Xiaomi-Robotics-0's chunk [1, H, D] (model/xr0_head.py) under a guided RTC guide
+    (_guided_forward_time). Trained RTC needs per-token time conditioning, which XR-0's
+    AdaLN-Zero (one time per chunk) does not have. Reads the prefix K/V as detached views;
+    writes nothing."""
+    _forward_time_guide(guide, noise, "XR-0")
     from .xr0_head import rope_tables
 
-    rows, cols = min(guide.rows, horizon), guide.prefix.shape[1]
+    horizon = noise.shape[1]
     first = head.first_backbone_layer(len(pool.k))
     caches = [PrefixCacheView(pool.k[first + i], pool.v[first + i], slot, prefix_len) for i in range(head.cfg.depth)]
     with torch.inference_mode(False), torch.enable_grad(), _dense_products(head):
@@ -129,19 +158,30 @@ def sample_xr0_guided(head, noise: torch.Tensor, state: torch.Tensor, action_mas
             layer_mods = [m.clone() for m in layer_mods]
             state_tokens = head.state_projector(state.reshape(1, 1, head.cfg.state_dim).to(dtype)).clone()
         keep = head.dim_mask(action_mask, 1, dev, dtype).clone()
-        target = guide.prefix[:rows].to(dev, dtype).clone()
-        w_rows = guide.weights(horizon)[:rows, None].to(dev, dtype)
-        x = noise.detach().clone()
-        for k, t in enumerate(float(v) for v in ts):
-            x.requires_grad_(True)
-            v = head.velocity(x, state_tokens, keep, [m[k] for m in layer_mods], rope, caches, mask)
-            x0_hat = x + (1.0 - t) * v
-            err = torch.zeros_like(x0_hat)          # rows and columns past the prefix: no target
-            err[0, :rows, :cols] = (target - x0_hat.detach()[0, :rows, :cols]) * w_rows
-            (g,) = torch.autograd.grad(x0_hat, x, grad_outputs=err)
-            v = v.detach() + guidance_weight(t, guide.config.beta) * g
-            x = (x.detach() + dt * v).detach()
-    return x
+
+        def velocity(x, k):
+            return head.velocity(x, state_tokens, keep, [m[k] for m in layer_mods], rope, caches, mask)
+
+        return _guided_forward_time(velocity, noise, [float(v) for v in ts], dt, guide)
+
+
+def sample_piv3_guided(head, noise: torch.Tensor, layer_hidden: torch.Tensor, guide: RTCGuide) -> torch.Tensor:
+    """StarVLA QwenPI_v3's chunk [1, H, D] (model/pi_v3_head.py) under a guided RTC guide
+    (_guided_forward_time: its flow also runs t = k / N from 0 to 1, v = action - noise).
+    `layer_hidden` [L + 1, 1, T, W]: the pool's per-layer hidden states of the prefix, read
+    in place; the cross-attention K/V of the projected layers are computed once, without a
+    graph, since they do not depend on x. One time per chunk again: guided only."""
+    from .pi_v3_head import bucket_schedule
+
+    _forward_time_guide(guide, noise, "PI_v3")
+    steps = head.cfg.denoise_steps
+    with torch.inference_mode(False), torch.enable_grad(), _dense_products(head):
+        with torch.no_grad():       # outside inference mode: normal tensors autograd may save
+            prepared = head.prepare(layer_hidden)
+        buckets = bucket_schedule(steps, head.cfg.timestep_buckets)
+        x = noise.to(head.action_model.future_tokens.weight.dtype)
+        return _guided_forward_time(lambda x, k: head.velocity(x, buckets[k], prepared), x,
+                                    [k / float(steps) for k in range(steps)], 1.0 / steps, guide)
 
 
 @torch.no_grad()

@@ -106,6 +106,8 @@ class XR0HeadConfig:
         if self.time_embed_dim % 2:
             raise ValueError("time_embed_dim must be even")
 
+    rtc_modes = ("guided",)      # one flow time per chunk (AdaLN-Zero): no trained RTC
+
     @property
     def tokens(self) -> int:
         """Head tokens per chunk: sink + state + horizon actions."""
