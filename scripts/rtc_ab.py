@@ -52,7 +52,8 @@ class Arm:
     def __init__(self, mode: str, p: dict, policy, joints: JointSpace, rate: float, horizon: int):
         self.mode = mode
         self.world = PandaWorld(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
-        self.executor = TrajectoryExecutor(list(joints.names), self.world.q)
+        # partial goals (JTC's allow_partial_joints_goal): a head may drive fewer joints than the arm has
+        self.executor = TrajectoryExecutor(list(joints.names), self.world.q, allow_partial_joints_goal=True)
         config = RTCConfig(mode=mode, schedule=p["rtc_schedule"], beta=p["rtc_beta"],
                            execution_horizon=p["rtc_execution_horizon"])
         self.planner = RTCPlanner(config, policy, rate, horizon)
@@ -133,7 +134,11 @@ def main() -> int:
     full = {**_defaults(), **p}
     model, tok, engine = build_engine(full)
     joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
-    policy = build_policy_io(full, model, tok, joints, joints)
+    dims = model.cfg.expert.action_dim
+    # a head with fewer action dims than joints (StarVLA's 7) drives the first ones; the rest hold
+    action_joints = joints if dims >= len(joints.names) else JointSpace.from_lists(
+        p["joint_names"][:dims], p["joint_lower_limits"][:dims], p["joint_upper_limits"][:dims])
+    policy = build_policy_io(full, model, tok, joints, action_joints)
     rate, source = action_rate(full, policy)
     horizon = model.cfg.expert.horizon
     slots = model.cfg.camera_slots[: len(p["camera_topics"])]
@@ -148,7 +153,7 @@ def main() -> int:
     noises = [torch.randn(horizon, model.cfg.expert.action_dim, generator=gen) for _ in range(total)]
     schedule = [(None, a.warmup)] + [(r, a.frames_per_round) for r in range(a.rounds)]
     try:
-        _run_rounds(arms, schedule, engine, policy, joints, full, slots, size, rate, noises, period)
+        _run_rounds(arms, schedule, engine, policy, action_joints, full, slots, size, rate, noises, period)
     finally:
         for arm in arms.values():      # their renderers: an EGL context left to exit raises
             arm.world.close()
