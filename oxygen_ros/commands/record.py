@@ -4,6 +4,9 @@ Records the action chunks, narration/memory/answer text, frame timing and /diagn
 (with --cameras also joint states and camera frames, rate-limited and compressed) until Ctrl-C / SIGTERM (or --duration), then closes the bag (metadata.yaml written),
 readable by `ros2 bag info`, rosbags and Foxglove. On a ROS install the same topics:
     ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
+A multi-expert model's further experts' trajectories too: their topics from --params
+(expert_trajectory_topics, default joint_trajectory/<expert name> of the params' model)
+and each --expert-topic.
 Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS tool.
 """
 import argparse
@@ -18,7 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="new folder for the bag (default: oxygen_bag_<date-time> here)")
     p.add_argument("--namespace", default="/", help="the node's namespace (relative topics follow it)")
     p.add_argument("--params", metavar="YAML",
-                   help="the node's params file: take topic names from it (*_topic parameters)")
+                   help="the node's params file: take topic names from it (*_topic parameters, and the "
+                        "further action experts' expert_trajectory_topics of its model)")
+    p.add_argument("--expert-topic", action="append", default=[], metavar="TOPIC",
+                   help="also record this further action expert's JointTrajectory topic (repeatable; "
+                        "--params adds the params' own)")
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="rosbag2 storage")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
     p.add_argument("--cameras", action="store_true",
@@ -34,12 +41,17 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from oxygen_ros.tools.bag_recorder import BagRecorder
+    from oxygen_ros.tools.bag_recorder import BagRecorder, expert_topics
     from oxygen_ros.tools.params_files import params_from_file
     from oxygen_ros.tools.spin import spin_until_stopped
 
     out = args.out or datetime.now().strftime("oxygen_bag_%Y%m%d-%H%M%S")
     params = params_from_file(args.params) if args.params else None
+    try:     # before ROS starts: an unknown model in the params file is the user's to fix
+        experts = expert_topics(params, args.expert_topic)
+    except ValueError as e:
+        print(f"oxygen record: {args.params}: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -48,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        rec = BagRecorder(node, out, args.namespace, params, args.storage, args.cameras, args.camera_hz)
+        rec = BagRecorder(node, out, args.namespace, params, args.storage, args.cameras, args.camera_hz,
+                          expert_topics=experts)
     except (FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"oxygen record: {e}", file=sys.stderr)
         node.destroy_node()

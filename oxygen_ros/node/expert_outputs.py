@@ -42,6 +42,12 @@ class ExpertOutput:
     rtc: RTCPlanner            # its previous chunk and delay (mode off: never guides)
 
 
+def expert_topic(name: str, topics: list, i: int) -> str:
+    """Further expert i's trajectory topic: expert_trajectory_topics[i], or where that is
+    missing or "", joint_trajectory/<its name> (oxygen record follows the same rule)."""
+    return topics[i] if i < len(topics) and topics[i] else f"joint_trajectory/{name}"
+
+
 def expert_outputs(p: dict, cfg, first_action_rate_hz: float, rtc: RTCConfig) -> list[ExpertOutput]:
     """The ExpertOutputs of the model's extra experts (none for a one-expert model);
     ValueError naming the parameter when one does not fit the model."""
@@ -81,7 +87,7 @@ def expert_outputs(p: dict, cfg, first_action_rate_hz: float, rtc: RTCConfig) ->
                                       "expert_joint")
         at += len(joints)
         rate = rates[i] if i < len(rates) and rates[i] > 0 else first_action_rate_hz
-        topic = topics[i] if i < len(topics) and topics[i] else f"joint_trajectory/{expert.name}"
+        topic = expert_topic(expert.name, topics, i)
         horizon = expert.cfg.horizon
         if i < len(stats) and stats[i]:
             norm = norms[i] if i < len(norms) and norms[i] else "quantile"

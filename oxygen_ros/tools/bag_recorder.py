@@ -13,6 +13,10 @@ joint states (every message) and each camera as sensor_msgs/CompressedImage at m
 encoded to JPEG once per recorded frame and written on <topic>/compressed (image_transport's
 name), so a node replaying the bag takes that topic (10x-50x smaller than raw frames).
 
+A multi-expert model's further experts each publish a JointTrajectory on their own topic
+(node/expert_outputs.py); those are recorded too (expert_topics), and the bag's custom data
+names the first expert's topic and theirs, so the summary tells them apart.
+
 The same topics with `ros2 bag record` (see RECORDED and ros2_bag_command):
     ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +39,9 @@ class Topic:
     latched: bool = False   # transient-local (the node publishes memory so)
 
 
+TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 RECORDED = [
-    Topic("trajectory_topic", "joint_trajectory", "trajectory_msgs/msg/JointTrajectory"),
+    Topic("trajectory_topic", "joint_trajectory", TRAJECTORY),
     Topic("frame_timing_topic", "frame_timing", "oxygen_msgs/msg/FrameTiming"),
     Topic("narration_topic", "narration", "oxygen_msgs/msg/TextChunk"),
     Topic("memory_topic", "memory", "oxygen_msgs/msg/TextChunk", latched=True),
@@ -43,6 +49,9 @@ RECORDED = [
     Topic("", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"),
 ]
 DEPTH = 1000   # keep-last depth of each subscription: a long stall still loses nothing
+# the bag's custom data keys naming the trajectory topics (tools/bag_summary.py reads them)
+TRAJECTORY_KEY = "oxygen.trajectory_topic"
+EXPERT_TRAJECTORIES_KEY = "oxygen.expert_trajectory_topics"    # comma-separated
 
 
 def resolve(name: str, namespace: str = "/") -> str:
@@ -53,16 +62,41 @@ def resolve(name: str, namespace: str = "/") -> str:
     return f"{ns}/{name}"
 
 
-def topics(namespace: str = "/", params: dict | None = None) -> list[tuple[str, Topic]]:
+def expert_topics(params: dict | None, extra: Sequence[str] = ()) -> list[str]:
+    """The further experts' trajectory topics (unresolved): one per extra expert of the
+    params' `model` (its profile's config, no weights loaded), `expert_trajectory_topics[i]`
+    or, where that is missing or "", the node's default joint_trajectory/<expert name>;
+    then `extra` (given by hand). ValueError for an unknown model profile."""
+    names = []
+    if params:
+        from ..engine.config import get_config   # the registry the node loads its model from
+        from ..node.expert_outputs import expert_topic
+        from ..node.params import SPEC
+
+        experts = get_config(params.get("model", SPEC["model"].default)).extra_experts
+        given = list(params.get("expert_trajectory_topics") or [])
+        names = [expert_topic(e.name, given, i) for i, e in enumerate(experts)]
+    return list(dict.fromkeys([*names, *extra]))
+
+
+def topics(namespace: str = "/", params: dict | None = None,
+           experts: Sequence[str] = ()) -> list[tuple[str, Topic]]:
     """(resolved name, Topic) for every recorded topic; `params` (the node's parameters,
-    e.g. from its params file) may rename them as the node would."""
+    e.g. from its params file) may rename them as the node would; `experts`: the further
+    experts' trajectory topics (expert_topics()), after the fixed ones."""
     params = params or {}
-    return [(resolve(params.get(t.key, t.name) if t.key else t.name, namespace), t) for t in RECORDED]
+    out = [(resolve(params.get(t.key, t.name) if t.key else t.name, namespace), t) for t in RECORDED]
+    out += [(resolve(name, namespace), Topic("expert_trajectory_topics", name, TRAJECTORY)) for name in experts]
+    unique: dict[str, Topic] = {}     # a topic given twice (by hand and in the params) is recorded once
+    for name, t in out:
+        unique.setdefault(name, t)
+    return list(unique.items())
 
 
-def ros2_bag_command(out: str = "BAG_DIR", namespace: str = "/", storage: str = "mcap") -> str:
+def ros2_bag_command(out: str = "BAG_DIR", namespace: str = "/", storage: str = "mcap",
+                     params: dict | None = None, experts: Sequence[str] = ()) -> str:
     """The equivalent `ros2 bag record` command line."""
-    names = " ".join(name for name, _ in topics(namespace))
+    names = " ".join(name for name, _ in topics(namespace, params, experts))
     return f"ros2 bag record -s {storage} -o {out} {names}"
 
 
@@ -85,11 +119,12 @@ class BagRecorder:
 
     Callbacks write directly (use a single-threaded executor); `close()` removes the
     subscriptions and finalises the bag (metadata.yaml, MCAP summary/index).
+    expert_topics: the further experts' trajectory topics (see expert_topics()).
     """
 
     def __init__(self, node, out: str | Path, namespace: str = "/", params: dict | None = None,
                  storage: str = "mcap", cameras: bool = False, camera_hz: float = 5.0,
-                 jpeg_quality: int = 90):
+                 jpeg_quality: int = 90, expert_topics: Sequence[str] = ()):
         from ..node import qos as node_qos
         from rosbags.rosbag2 import StoragePlugin, Writer
 
@@ -102,12 +137,16 @@ class BagRecorder:
         self.node, self.path = node, out
         self.writer = Writer(out, version=9, storage_plugin=plugin)
         self.writer.set_custom_data("recorded_by", "oxygen record (oxygen_ros)")
+        recorded = topics(namespace, params, expert_topics)
+        self.output_topics = [name for name, _ in recorded]   # the node's
+        self.writer.set_custom_data(TRAJECTORY_KEY, next(n for n, t in recorded if t.key == "trajectory_topic"))
+        self.writer.set_custom_data(EXPERT_TRAJECTORIES_KEY, ",".join(
+            name for name, t in recorded if t.key == "expert_trajectory_topics"))
         self.writer.open()
         self.counts: dict[str, int] = {}
         self._subs = []
         store = bag_types.typestore()
-        self.output_topics = [name for name, _ in topics(namespace, params)]   # the node's
-        for name, t in topics(namespace, params):
+        for name, t in recorded:
             conn = self.writer.add_connection(name, t.msgtype, typestore=store,
                                               offered_qos_profiles=[_bag_qos(t.latched)])
             qos = (node_qos.latched if t.latched else node_qos.reliable)(DEPTH)

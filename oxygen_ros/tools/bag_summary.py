@@ -16,6 +16,9 @@ messages' header stamps (the node's clock):
 - the arm: with joint states in the bag (`oxygen record --cameras`, `oxygen demo`), the
   tracking error and the switches scored on the measured joints beside the commanded
   ones (tools/arm_motion.py).
+- several action experts: the first expert's JointTrajectory topic is the main one
+  (main_trajectory_topic); the further experts' trajectories are kept apart
+  (RunData.expert_trajectories) and counted, with their latency from stamp to receipt.
 ROS-free: rosbags + numpy.
 """
 from __future__ import annotations
@@ -26,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from . import bag_types
+from .bag_recorder import EXPERT_TRAJECTORIES_KEY, TRAJECTORY, TRAJECTORY_KEY
 
-TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 TIMING = "oxygen_msgs/msg/FrameTiming"
 TEXT = "oxygen_msgs/msg/TextChunk"
 DIAGNOSTICS = "diagnostic_msgs/msg/DiagnosticArray"
@@ -88,6 +91,9 @@ class RunData:
     joint_states: list = field(default_factory=list)   # (stamp s, names, positions, velocities)
     replayed: tuple | None = None   # boundary_jumps() of this run, computed once
     arm: object = None              # arm_track(): False once known to be absent
+    trajectory_topic: str | None = None   # the first expert's topic (chunks, trajectories)
+    trajectory_note: str | None = None    # how it was chosen, when the bag did not say
+    expert_trajectories: dict = field(default_factory=dict)   # further experts: topic -> as trajectories
 
 
 def _stamp(msg) -> float:
@@ -122,27 +128,57 @@ def typestore_for(connections):
     return store
 
 
+def main_trajectory_topic(counts: dict, custom: dict | None = None) -> tuple[str | None, str | None]:
+    """(the first expert's topic, a note when it was guessed) among the bag's JointTrajectory
+    topics `counts` (topic -> message count). `custom`: the bag's custom data, where
+    `oxygen record` names it (bag_recorder.TRAJECTORY_KEY). Otherwise the one topic that is
+    not a further expert's (custom data), else the one named .../joint_trajectory (the
+    node's default; further experts default to joint_trajectory/<name>), else the busiest."""
+    custom = custom or {}
+    if not counts:
+        return None, None
+    if custom.get(TRAJECTORY_KEY) in counts:
+        return custom[TRAJECTORY_KEY], None
+    experts = set(filter(None, custom.get(EXPERT_TRAJECTORIES_KEY, "").split(",")))
+    for candidates in ([t for t in counts if t not in experts],
+                       [t for t in counts if t.rsplit("/", 1)[-1] == "joint_trajectory"]):
+        if len(candidates) == 1:
+            return candidates[0], None
+    main = max(counts, key=lambda t: (counts[t], t))
+    return main, (f"{len(counts)} JointTrajectory topics and none is .../joint_trajectory: took "
+                  f"{main} ({counts[main]} messages, the most) as the first expert's")
+
+
+def custom_data(path: Path) -> dict:
+    """The bag's custom data (metadata.yaml; rosbags' Reader does not expose it)."""
+    import yaml
+
+    meta = yaml.safe_load((path / "metadata.yaml").read_text()) or {}
+    return meta.get("rosbag2_bagfile_information", {}).get("custom_data") or {}
+
+
 def read_bag(path: str | Path) -> RunData:
     from rosbags.rosbag2 import Reader
 
     path = bag_dir(path)
-    chunks, trajectories, frames, requests, diag, states = [], [], [], {}, {}, []
+    by_topic, frames, requests, diag, states = {}, [], {}, {}, []
     with Reader(path) as reader:
         wanted = [c for c in reader.connections
                   if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS, JOINT_STATE)]
         store = typestore_for(wanted)
         topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
+        main, note = main_trajectory_topic({t: n for t, (ty, n) in topics.items() if ty == TRAJECTORY},
+                                           custom_data(path))
         for conn, log_ns, raw in reader.messages(connections=wanted):
             msg = store.deserialize_cdr(raw, conn.msgtype)
             if conn.msgtype == TRAJECTORY:
                 pts = msg.points
                 times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in pts]
-                dt = times[1] - times[0] if len(times) >= 2 else 0.0
-                chunks.append((_stamp(msg), len(pts), dt))
                 with_vel = bool(pts) and all(len(p.velocities) for p in pts)
-                trajectories.append((log_ns * 1e-9, list(msg.joint_names), _stamp(msg), times,
-                                     [list(p.positions) for p in pts],
-                                     [list(p.velocities) for p in pts] if with_vel else None))
+                by_topic.setdefault(conn.topic, []).append(
+                    (log_ns * 1e-9, list(msg.joint_names), _stamp(msg), times,
+                     [list(p.positions) for p in pts],
+                     [list(p.velocities) for p in pts] if with_vel else None))
             elif conn.msgtype == TIMING:
                 frames.append(Frame(int(msg.frame_index), _stamp(msg), float(msg.total_ms),
                                     {ph: float(getattr(msg, f"{ph}_ms")) for ph in TIMING_PHASES},
@@ -165,13 +201,17 @@ def read_bag(path: str | Path) -> RunData:
                 for status in msg.status:
                     if status.name.endswith(": control loop"):
                         diag = {kv.key: kv.value for kv in status.values}
-    chunks.sort()
-    trajectories.sort(key=lambda t: t[0])
+    for msgs in by_topic.values():
+        msgs.sort(key=lambda t: t[0])
+    trajectories = by_topic.pop(main, [])
+    # a chunk: (stamp, number of points, time between its first two points)
+    chunks = sorted((t[2], len(t[3]), t[3][1] - t[3][0] if len(t[3]) >= 2 else 0.0) for t in trajectories)
     frames.sort(key=lambda f: f.end_s)
     reqs = sorted(requests.values(), key=lambda r: min(c[0] for c in r.chunks))
     for r in reqs:
         r.chunks.sort(key=lambda c: (c[0], c[2]))
-    return RunData(str(path), chunks, trajectories, frames, reqs, diag, topics, states)
+    return RunData(str(path), chunks, trajectories, frames, reqs, diag, topics, states,
+                   trajectory_topic=main, trajectory_note=note, expert_trajectories=dict(sorted(by_topic.items())))
 
 
 def _optional(msg, name: str) -> float | None:
@@ -221,6 +261,25 @@ def robot_time_summary(data: RunData) -> dict:
         "rejections": sorted(set(rejected))[:5],
         "arm": arm.summary() if (arm := arm_track(data)) else None,
     }
+
+
+def receive_latency_ms(trajectories: list) -> list[float]:
+    """Each trajectory's header stamp (its observation) to its receipt by the recorder, ms."""
+    return [(received - stamp) * 1e3 for received, _, stamp, *_ in trajectories]
+
+
+def experts_summary(data: RunData) -> dict | None:
+    """The further experts' trajectories beside the first expert's (None for one expert):
+    chunk counts and stamp-to-receipt latency, the first expert's too for comparison."""
+    if not data.expert_trajectories:
+        return None
+
+    def one(trajectories):
+        return {"count": len(trajectories), "receive_latency_ms": _stats(receive_latency_ms(trajectories))}
+
+    return {"trajectory_topic": data.trajectory_topic, "note": data.trajectory_note,
+            "first": one(data.trajectories),
+            "by_topic": {t: one(msgs) for t, msgs in data.expert_trajectories.items()}}
 
 
 def _stats(values) -> dict:
@@ -366,6 +425,9 @@ def summarize(data: RunData) -> dict:
         "requests": reqs,
         "topics": {t: {"type": ty, "messages": n} for t, (ty, n) in data.topics.items()},
     }
+    experts = experts_summary(data)
+    if experts is not None:       # only for multi-expert bags: a one-expert summary stays as it was
+        summary["experts"] = experts
     summary["rate_held"] = rate_held(summary)
     return _round(summary)
 
@@ -433,6 +495,16 @@ def format_summary(s: dict) -> str:
                 f", course deviation commanded {f(sw['commanded']['course_deviation_max'], '{:.4f}')}/"
                 f"{f(sw['commanded']['course_deviation_p95'], '{:.4f}')} vs actual "
                 f"{f(sw['actual']['course_deviation_max'], '{:.4f}')}/{f(sw['actual']['course_deviation_p95'], '{:.4f}')}")
+    ex = s.get("experts")
+    if ex:
+        if ex["note"]:
+            lines.append(f"NOTE: {ex['note']}")
+        first = ex["first"]
+        lines.append(f"action experts (latency: header stamp to receipt by the recorder): first "
+                     f"{ex['trajectory_topic']}: {first['count']} chunks, latency ms p50 "
+                     f"{f(first['receive_latency_ms']['p50'])}")
+        lines += [f"  expert {topic}: {e['count']} chunks, latency ms p50 {f(e['receive_latency_ms']['p50'])}"
+                  for topic, e in ex["by_topic"].items()]
     for stream, b in lang["by_stream"].items():
         lines.append(f"  {stream}: {b['done']}/{b['requests']} done; first token {f(b['seconds_to_first_token_mean'], '{:.2f}')} s, "
                      f"done {f(b['seconds_to_done_mean'], '{:.2f}')} s ({f(b['frames_to_done_mean'])} frames), "
