@@ -1,10 +1,11 @@
 """`oxygen demo`: the whole loop on this machine for about a minute, then the report.
 
-Starts the simulated robot (`oxygen sim`: the MuJoCo Panda), oxygen_node with the params file (default
-config/demo.yaml: SmolLM2 on the CPU; autostart) and the recorder (`oxygen record`);
-prints the narration and memory lines as they finish, asks "what have you done?" half
-way through and prints the answer; then stops everything (node, robot, recorder, in
-that order, so the bag keeps the last messages), writes summary.json, timeline.png and
+Starts the simulated robot (`oxygen sim`: the MuJoCo Panda), the recorder (`oxygen record`)
+and oxygen_node with the params file (default config/demo.yaml: SmolLM2 on the CPU), which
+it configures and activates only once the recorder has matched the node's publishers (the
+bag gets every frame); prints the narration and memory lines as they finish, asks "what
+have you done?" half way through and prints the answer; then stops everything (node,
+robot, recorder, in that order, so the bag keeps the last messages), writes summary.json, timeline.png and
 demo.mp4 (the scene camera with the text as captions, and its still demo.png) next to
 the bag and prints the timing summary and the output folder.
 Every child runs in its own session and is stopped on exit, Ctrl-C or SIGTERM included.
@@ -23,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 STATUS_EVERY_S = 10.0
+MATCH_TIMEOUT_S = 20.0     # for the recorder to match the configured node's publishers (localhost DDS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -217,8 +219,9 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     params["control_rate_hz"] = _choose_rate(args, params, say)
     if stop.is_set():
         return 130
+    # not autostarted: _start_node() activates it once the recorder matched its publishers
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
-                            "-p", "autostart:=true", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}"])
+                            "-p", "autostart:=false", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}"])
     say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
         + f"; logs in {children.log_dir}")
 
@@ -238,8 +241,8 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
 def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
     node_child = children.children["node"]
     t0 = time.monotonic()
-    log_offset, last_wait = 0, t0
-    # 1. until the first frame: model loading
+    log_offset = 0
+
     def pump(timeout: float, when: str) -> bool:
         """Spin once and echo the node's new log lines; False if a child has exited."""
         nonlocal log_offset
@@ -253,18 +256,10 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
                 + dead[0].log_tail())
         return not dead
 
-    while mon.t_first is None and not stop.is_set():
-        if not pump(0.1, "before the first frame"):
-            return 1
-        now = time.monotonic()
-        if now - t0 > args.startup_timeout:
-            say(f"no frame after {args.startup_timeout:g} s; the node's log:\n" + node_child.log_tail())
-            return 1
-        if now - last_wait >= 10.0:
-            last_wait = now
-            say(f"waiting for oxygen_node to load the model and start ({now - t0:.0f} s) ...")
-    if stop.is_set():
-        return 130
+    # 1. until the first frame: model loading, the recorder matching, activation
+    failed = _start_node(args, children, mon, say, stop, pump, t0)
+    if failed is not None:
+        return failed
     say(f"{mon.stamp()} first action chunk after {time.monotonic() - t0:.1f} s; running for {args.duration:g} s")
     cpu_start = {c.name: c.cpu_s() for c in children.children.values()}, time.monotonic()
 
@@ -306,6 +301,56 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
         say(mon.status_line())
     say(_cpu_line(children, *cpu_start))
     return 0 if answered and mon.frames else 1
+
+
+def _start_node(args, children, mon, say, stop, pump, t0: float) -> int | None:
+    """Configure the node, wait until the recorder's readers matched its publishers, activate
+    it and wait for its first frame: so the bag has every frame from frame 0 on (DDS matches
+    topic by topic; an autostarted node's first frames went out before some readers matched).
+    None once the first frame arrived, else the exit code (having said why)."""
+    from oxygen_ros.tools.bag_recorder import BagRecorder
+
+    node, recorder = children.children["node"], children.children["recorder"]
+    last_wait = t0
+
+    def until(done, what: str, timeout: float, log=node) -> bool:
+        """Pump until done(); False (said why) on a stop, a dead child or the timeout."""
+        nonlocal last_wait
+        begun = time.monotonic()
+        end = min(begun + timeout, t0 + args.startup_timeout)
+        while not done():
+            if stop.is_set() or not pump(0.1, f"waiting for {what}"):
+                return False
+            now = time.monotonic()
+            if now > end:
+                say(f"gave up waiting for {what} after {now - begun:.0f} s; the {log.name}'s log:\n"
+                    + log.log_tail())
+                return False
+            if now - last_wait >= 10.0:
+                last_wait = now
+                say(f"waiting for {what} ({now - t0:.0f} s) ...")
+        return True
+
+    def transition(label: str, what: str) -> bool:
+        future = mon.transition(label)
+        if not until(future.done, what, args.startup_timeout):
+            return False
+        if not future.result().success:
+            say(f"oxygen_node refused to {label}; its log:\n" + node.log_tail())
+        return future.result().success
+
+    started = (until(mon.lifecycle_client.service_is_ready, "oxygen_node's lifecycle service",
+                     args.startup_timeout)
+               # an unknown transition (refused, no effect) first: its response proves the way
+               # back works, so the configure, sent once, is not lost to discovery
+               and until(mon.transition("no_such_transition").done, "oxygen_node's first lifecycle response",
+                         args.startup_timeout)
+               and transition("configure", "oxygen_node to load the model and configure")
+               and until(lambda: recorder.has_line(BagRecorder.MATCHED),
+                         "the recorder to match oxygen_node's publishers", MATCH_TIMEOUT_S, log=recorder)
+               and transition("activate", "oxygen_node to activate")
+               and until(lambda: mon.t_first is not None, "the first frame", args.startup_timeout))
+    return None if started else 130 if stop.is_set() else 1
 
 
 def _cpu_line(children, cpu_start: dict, t_start: float) -> str:

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"recording {', '.join(rec.topic_names)} to {rec.path} ({args.storage}); Ctrl-C to stop",
           flush=True)
+    rec.report_when_matched()
     def status(elapsed_s: float) -> None:
         print(f"  {elapsed_s:5.0f} s: {sum(rec.counts.values())} messages", flush=True)
     try:

@@ -210,6 +210,21 @@ class BagRecorder:
     def topic_names(self) -> list[str]:
         return list(self.counts)
 
+    MATCHED = "recorder matched the publishers of all"   # the line `oxygen demo` waits for
+
+    def report_when_matched(self, period_s: float = 0.1) -> None:
+        """Print one line (MATCHED ...) once this recorder's own readers have matched every
+        publisher the graph shows, at least one, on each of the node's topics: from then on
+        nothing the node publishes misses the bag (DDS matches topic by topic)."""
+        subs = [s for s in self._subs if s.topic_name in self.output_topics]
+
+        def check():
+            if all(0 < self.node.count_publishers(s.topic_name) <= s.get_publisher_count() for s in subs):
+                timer.cancel()
+                print(f"{self.MATCHED} {len(subs)} topics of the node", flush=True)
+
+        timer = self.node.create_timer(period_s, check)
+
     def _write(self, conn, data: bytes) -> None:
         if self.writer is None:
             return

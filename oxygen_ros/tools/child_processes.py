@@ -43,11 +43,15 @@ class Child:
         except OSError:
             return ""
 
+    def has_line(self, prefix: str) -> bool:
+        """Whether the log (its last 100 kB) has a line starting with prefix."""
+        return any(line.startswith(prefix) for line in self.log_tail(100_000).splitlines())
+
     def wait_for_line(self, prefix: str, timeout: float, stop=None) -> bool:
         """Wait until the log has a line starting with prefix (False: it died, timed out or stop was set)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end and not (stop is not None and stop.is_set()) and self.alive():
-            if any(line.startswith(prefix) for line in self.log_tail(100_000).splitlines()):
+            if self.has_line(prefix):
                 return True
             time.sleep(0.05)
         return False

@@ -1,5 +1,6 @@
 """What `oxygen demo` watches and prints: frames, finished narrations and memory entries,
-and the answer to a progress question asked through the node's ~/ask_progress service."""
+and the answer to a progress question asked through the node's ~/ask_progress service;
+and the node's lifecycle transitions, which the demo requests itself."""
 from __future__ import annotations
 
 import re
@@ -19,11 +20,12 @@ def clean(text: str, limit: int = 160) -> str:
 
 class DemoMonitor:
     def __init__(self, node, params: dict, say, node_name: str = "/oxygen_node"):
+        from lifecycle_msgs.srv import ChangeState
         from oxygen_msgs.msg import FrameTiming, TextChunk
         from oxygen_msgs.srv import AskProgress
 
         self.node, self.say = node, say
-        self._AskProgress = AskProgress
+        self._AskProgress, self._ChangeState = AskProgress, ChangeState
         rel, latched = qos.TEXT, qos.latched(1000)
         node.create_subscription(FrameTiming, resolve(params.get("frame_timing_topic", "frame_timing")),
                                  self._on_timing, rel)
@@ -32,6 +34,7 @@ class DemoMonitor:
                                      lambda m, s=stream: self._on_text(s, m),
                                      latched if stream == "memory" else rel)
         self.ask_client = node.create_client(AskProgress, f"{node_name}/ask_progress")
+        self.lifecycle_client = node.create_client(ChangeState, f"{node_name}/change_state")
         self.frames = 0
         self.tokens = 0
         self.misses = 0
@@ -88,3 +91,10 @@ class DemoMonitor:
         if not self.ask_client.service_is_ready():
             return None
         return self.ask_client.call_async(self._AskProgress.Request(question=question))
+
+    def transition(self, label: str):
+        """The future of a ChangeState call by label ("configure", "activate"; call it once
+        lifecycle_client.service_is_ready(): a transition is not idempotent, so not retried)."""
+        request = self._ChangeState.Request()
+        request.transition.label = label
+        return self.lifecycle_client.call_async(request)
