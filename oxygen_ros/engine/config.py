@@ -121,6 +121,7 @@ class ExpertConfig:
 
     # per-token flow time in its adaptive norms: both Real-Time Chunking modes (engine/rtc.py)
     rtc_modes = ("guided", "trained")
+    head_name = "pi0.5"
 
     @property
     def tokens(self) -> int:

@@ -41,9 +41,6 @@ def action_rate(p: dict, policy) -> tuple[float, str]:
                      "data, 10 or 20 for LIBERO); it is not the replanning rate control_rate_hz")
 
 
-HEAD_NAMES = {"XR0HeadConfig": "XR-0", "PIv3HeadConfig": "PI_v3", "ExpertConfig": "pi0.5"}
-
-
 def check_rtc_mode(mode: str, cfg) -> None:
     """ValueError at configure when one of the model's action experts cannot run RTC mode
     `mode` (RTC applies to every expert: they are all flow models)."""
@@ -52,7 +49,7 @@ def check_rtc_mode(mode: str, cfg) -> None:
     heads = [("its action expert", cfg.expert)] + [(f"expert {e.name}", e.cfg) for e in cfg.extra_experts]
     for what, head in heads:
         if mode not in head.rtc_modes:
-            raise ValueError(f"RTC mode {mode} is not available for the {HEAD_NAMES.get(type(head).__name__, '?')} "
+            raise ValueError(f"RTC mode {mode} is not available for the {head.head_name} "
                              f"head of model {cfg.name} ({what}: one flow time per chunk): use rtc_mode "
                              f"{' or '.join(head.rtc_modes)} or off")
 

@@ -146,6 +146,7 @@ class PIv3HeadConfig:
         return not (idx % 2 == 1 and self.interleave_self_attention)
 
     rtc_modes = ("guided",)      # one flow time per chunk (AdaLayerNorm): no trained RTC
+    head_name = "PI_v3"
 
     @property
     def tokens(self) -> int:

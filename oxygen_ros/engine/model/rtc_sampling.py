@@ -102,15 +102,13 @@ def _sample_guided(expert, noise, schedule, rope, caches, guide: RTCGuide) -> to
     return x
 
 
-def _forward_time_guide(guide: RTCGuide, noise: torch.Tensor, head_name: str) -> tuple[int, int]:
-    """(guided rows, guided columns) for a head whose flow time runs 0 -> 1; ValueError for
-    a mode it cannot run."""
-    if guide.config.mode != "guided":
-        raise ValueError(f"RTC mode {guide.config.mode!r} is not available for the {head_name} head (it "
-                         "conditions the whole chunk on one time): use rtc_mode guided")
+def _check_guide(guide: RTCGuide, noise: torch.Tensor, head_cfg) -> None:
+    """ValueError for a guide the head cannot run (its cfg.rtc_modes) or one wider than its actions."""
+    if guide.config.mode not in head_cfg.rtc_modes:
+        raise ValueError(f"RTC mode {guide.config.mode!r} is not available for the {head_cfg.head_name} head (it "
+                         f"conditions the whole chunk on one time): use rtc_mode {' or '.join(head_cfg.rtc_modes)}")
     if guide.prefix.shape[1] > noise.shape[2]:
         raise ValueError(f"RTC prefix has {guide.prefix.shape[1]} columns, the model's actions {noise.shape[2]}")
-    return min(guide.rows, noise.shape[1]), guide.prefix.shape[1]
 
 
 def _guided_forward_time(velocity, noise: torch.Tensor, times, dt: float, guide: RTCGuide) -> torch.Tensor:
@@ -142,7 +140,7 @@ def sample_xr0_guided(head, noise: torch.Tensor, state: torch.Tensor, action_mas
     (_guided_forward_time). Trained RTC needs per-token time conditioning, which XR-0's
     AdaLN-Zero (one time per chunk) does not have. Reads the prefix K/V as detached views;
     writes nothing."""
-    _forward_time_guide(guide, noise, "XR-0")
+    _check_guide(guide, noise, head.cfg)
     from .xr0_head import rope_tables
 
     horizon = noise.shape[1]
@@ -173,7 +171,7 @@ def sample_piv3_guided(head, noise: torch.Tensor, layer_hidden: torch.Tensor, gu
     graph, since they do not depend on x. One time per chunk again: guided only."""
     from .pi_v3_head import bucket_schedule
 
-    _forward_time_guide(guide, noise, "PI_v3")
+    _check_guide(guide, noise, head.cfg)
     steps = head.cfg.denoise_steps
     with torch.inference_mode(False), torch.enable_grad(), _dense_products(head):
         with torch.no_grad():       # outside inference mode: normal tensors autograd may save

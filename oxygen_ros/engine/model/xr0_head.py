@@ -107,6 +107,7 @@ class XR0HeadConfig:
             raise ValueError("time_embed_dim must be even")
 
     rtc_modes = ("guided",)      # one flow time per chunk (AdaLN-Zero): no trained RTC
+    head_name = "XR-0"
 
     @property
     def tokens(self) -> int:
