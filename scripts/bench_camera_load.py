@@ -3,7 +3,7 @@ under a camera load (a benchmark that prints numbers; not a test).
 
     .venv/bin/python scripts/bench_camera_load.py [--seconds 20] [--hz 30] [--size 1280x720]
 
-1. Callback cost (in-process): the node's own image callback (`OxygenNode._on_image`,
+1. Callback cost (in-process): the node's own image callback (`SensorInputs.on_image`,
    tiny profile, configured) called on 1280x720 rgb8 and bgr8 messages; CPU per call
    (thread time), and the CPU per second it means at 3 cameras x 30 Hz. Also the
    conversion each control tick does for its frame's images (node/convert.py).
@@ -131,15 +131,15 @@ def callback_cost(w: int, h: int, hz: float, calls: int) -> dict:
     node = OxygenNode(parameter_overrides=[Parameter(k, value=v) for k, v in tiny_params().items()])
     try:
         node.trigger_configure()
-        cams = list(node._rt.cameras)
+        cams = list(node.runtime.cameras)
         out = {}
         for enc in ("rgb8", "bgr8"):
             msgs = images(w, h, enc, len(cams))
             for cam, m in zip(cams, msgs):          # warm-up
-                node._on_image(cam, m)
+                node.inputs.on_image(cam, m)
             t = time.thread_time()
             for i in range(calls):
-                node._on_image(cams[i % len(cams)], msgs[i % len(cams)])
+                node.inputs.on_image(cams[i % len(cams)], msgs[i % len(cams)])
             per_call_ms = (time.thread_time() - t) / calls * 1e3
             t = time.thread_time()
             for i in range(calls):

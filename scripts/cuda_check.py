@@ -34,7 +34,7 @@ def main() -> int:
         print("cuda_check: no CUDA device here", file=sys.stderr)
         return 2
     from oxygen_ros.engine.bench.baselines import SequentialEngine
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
     from oxygen_ros.engine.bench.workloads import get_workload, synthetic_frames

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from oxygen_ros.engine import native
 from oxygen_ros.engine.bench import runner as R
-from oxygen_ros.engine.weights.loading import load_model
+from oxygen_ros.engine.registry import load_model
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from torch.profiler import ProfilerActivity, profile
 
 from oxygen_ros.engine.bench import runner as R
-from oxygen_ros.engine.weights.loading import load_model
+from oxygen_ros.engine.registry import load_model
 
 # The linear-layer products: oneDNN-blocked, MKL and plain matmuls of packed weights.
 PRODUCTS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear")

@@ -19,7 +19,7 @@ import time
 import torch
 
 from oxygen_ros.engine.rtc import RTCConfig, RTCGuide
-from oxygen_ros.engine.weights.loading import load_model
+from oxygen_ros.engine.registry import load_model
 
 
 def main() -> int:

@@ -1,8 +1,8 @@
 """Shared inputs for the engine tests: the tiny model, observations, an isolated reference."""
 import numpy as np
 
-from oxygen_ros.engine.config import TINY
-from oxygen_ros.engine.model.vla import build_random_model
+from oxygen_ros.engine.models.pi05.configuration import TINY
+from oxygen_ros.engine.models.pi05.modeling import build_random_model
 from oxygen_ros.engine.observation import Observation
 from oxygen_ros.engine.tokenizer import ByteTokenizer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from oxygen_ros.engine.config import PI05
+from oxygen_ros.engine.models.pi05.configuration import PI05
 
 R = "paligemma_with_expert."
 VT = R + "paligemma.model.vision_tower.vision_model."

@@ -11,8 +11,8 @@ import dataclasses
 import os
 import sys
 
-from oxygen_ros.engine import config
-from oxygen_ros.engine.weights.pi05_tokenizer import SentencePieceTokenizer
+from oxygen_ros.engine.models.pi05 import configuration as config
+from oxygen_ros.engine.models.pi05.tokenizer import SentencePieceTokenizer
 from pi05_fixtures import toy_config
 
 config.PROFILES["pi05"] = dataclasses.replace(

@@ -6,7 +6,7 @@ import torch
 
 from engine_fixtures import tiny
 from oxygen_ros.cli import main
-from oxygen_ros.engine.model.layers import Packed
+from oxygen_ros.engine.layers.blocks import Packed
 from oxygen_ros.engine.bench.roofline import FrameCosts, KernelFloor, Peaks
 
 PHASES = ("vision", "prefill", "action", "admit", "decode")

@@ -20,8 +20,8 @@ CONFIG = {"type": "pi05", "chunk_size": 7, "n_action_steps": 7, "num_inference_s
 def toy(tmp_path_factory):
     from safetensors.torch import save_file
 
-    from oxygen_ros.engine.model.vla import build_random_model
-    from oxygen_ros.engine.weights.pi05_tokenizer import SentencePieceTokenizer
+    from oxygen_ros.engine.models.pi05.modeling import build_random_model
+    from oxygen_ros.engine.models.pi05.tokenizer import SentencePieceTokenizer
 
     root = tmp_path_factory.mktemp("ckpt")
     cfg = toy_config(SentencePieceTokenizer(train_tokenizer(root)))
@@ -38,7 +38,7 @@ def toy(tmp_path_factory):
 @pytest.fixture
 def toy_profile(toy, monkeypatch):
     """The pi05 profile at the toy widths (the 3B profile's widths cannot be written here)."""
-    from oxygen_ros.engine import config
+    from oxygen_ros.engine.models.pi05 import configuration as config
 
     monkeypatch.setitem(config.PROFILES, "pi05", dataclasses.replace(toy[0], name="pi05"))
 

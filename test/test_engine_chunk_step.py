@@ -9,9 +9,9 @@ import torch
 from engine_fixtures import observation, tiny
 from oxygen_ros.engine.bench.baselines import IsolatedRunner
 from oxygen_ros.engine.chunk_graphs import ChunkStep
-from oxygen_ros.engine.config import TINY
+from oxygen_ros.engine.models.pi05.configuration import TINY
 from oxygen_ros.engine.decode_graphs import DecodeStep
-from oxygen_ros.engine.model.vla import build_random_model
+from oxygen_ros.engine.models.pi05.modeling import build_random_model
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
 

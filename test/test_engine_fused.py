@@ -19,7 +19,7 @@ needs_native = pytest.mark.skipif(not native.available(), reason="no native buil
 @needs_native
 @pytest.mark.parametrize("prefix_len,dtype", [(1, torch.float32), (37, torch.float32), (20, torch.bfloat16)])
 def test_fused_sampling_equals_eager_bitwise(prefix_len, dtype, monkeypatch):
-    from oxygen_ros.engine.model.expert import ActionExpert
+    from oxygen_ros.engine.models.pi05.expert import ActionExpert
 
     native_results = []     # the native call must really run, not fall back to eager
     native_sample = ActionExpert._sample_native

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from oxygen_ros.engine.bench.baselines import IsolatedRunner
-from oxygen_ros.engine.config import get_config
+from oxygen_ros.engine.registry import get_config
 from oxygen_ros.engine.kv_pool import KVPool
-from oxygen_ros.engine.model.qwen3vl_vla import build_random_qwen3vl
+from oxygen_ros.engine.models.qwen3vl.modeling import build_random_qwen3vl
 from oxygen_ros.engine.observation import Observation, ObservationError
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
@@ -125,7 +125,7 @@ def test_bad_camera_images_are_clear_errors():
 def multi_expert_model(extra):
     import dataclasses
 
-    from oxygen_ros.engine.model.qwen3vl_vla import ExtraExpert
+    from oxygen_ros.engine.models.qwen3vl.modeling import ExtraExpert
 
     cfg = dataclasses.replace(get_config("qwen3vl-tiny"), name="qwen3vl-tiny-multi",
                               extra_experts=tuple(ExtraExpert(n, c) for n, c in extra))
@@ -133,7 +133,7 @@ def multi_expert_model(extra):
 
 
 def second_xr0():
-    from oxygen_ros.engine.model.xr0_head import XR0HeadConfig
+    from oxygen_ros.engine.models.xr0.head import XR0HeadConfig
 
     # another XR-0-style head: its own depth (reads the last backbone layer), chunk and state
     return XR0HeadConfig(depth=1, width=32, num_heads=2, head_dim=16, mlp_dim=64, action_dim=6, horizon=5,
@@ -192,7 +192,7 @@ def test_the_bench_measures_sharing_per_expert_count_and_stays_exact():
 def test_the_multi_expert_profile_runs_kv_and_hidden_state_readers_exactly():
     """qwen3vl-multi-tiny: XR-0's head, a PI_v3 head reading the prefix's per-layer hidden
     states (kept in the pool), a second XR-0-style head; each chunk equals its isolated run."""
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     model, tok = load_model("qwen3vl-multi-tiny")
     engine = OxygenEngine(model, tok, EngineConfig(max_requests=3, max_new_tokens=8))
@@ -251,7 +251,7 @@ def test_guided_rtc_on_the_pi_v3_head_pulls_the_start_of_the_chunk_toward_the_pr
     guided rows toward the target, rows past the execution horizon move less, and the
     pool's hidden states are untouched."""
     from oxygen_ros.engine.rtc import RTCConfig, RTCGuide
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     model, tok = load_model("qwen3vl-multi-tiny")
     hands = model.expert_config(1)
@@ -283,7 +283,7 @@ def test_each_further_expert_follows_its_own_guide_and_equals_its_isolated_guide
     reader), on the one shared prefix; each guided chunk equals the same expert guided
     alone from its own prefill (1e-5), and differs from its unguided chunk."""
     from oxygen_ros.engine.rtc import RTCConfig, RTCGuide
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     model, tok = load_model("qwen3vl-multi-tiny")
     engine = OxygenEngine(model, tok, EngineConfig(max_requests=2, max_new_tokens=4))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from oxygen_ros.engine.config import get_config
+from oxygen_ros.engine.registry import get_config
 from oxygen_ros.engine.policy_io import LimitsIO, PolicyIOError
 from oxygen_ros.engine.policy_io.expert_actions import StatsActionIO
 from oxygen_ros.engine.rtc import RTCConfig

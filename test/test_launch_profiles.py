@@ -73,7 +73,7 @@ def test_thor_profile_is_complete_commented_and_fits_pi05():
     """Every node parameter is set and commented; π0.5 on CUDA in bfloat16, 3 cameras,
     at most 32 joints with valid limits, replanning at 5 Hz with 50 Hz actions and RTC on
     (what π0.5 holds on Thor by the public figures), request sizes within the KV slots."""
-    from oxygen_ros.engine.config import PI05
+    from oxygen_ros.engine.models.pi05.configuration import PI05
 
     spec = specs()
     p = profile(THOR)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from oxygen_ros.engine.model.layers import Packed, packed_groups
+from oxygen_ros.engine.layers.blocks import Packed, packed_groups
 
 
 def _layers(seed=0, width=16):
@@ -109,9 +109,9 @@ def _vision_reference(enc, images):
 
 
 def test_packed_vision_encoder_matches_a_plain_reference():
-    from oxygen_ros.engine.config import get_config
-    from oxygen_ros.engine.model.vla import init_random
-    from oxygen_ros.engine.model.vision import VisionEncoder
+    from oxygen_ros.engine.registry import get_config
+    from oxygen_ros.engine.layers.random_init import init_random
+    from oxygen_ros.engine.models.pi05.vision import VisionEncoder
     cfg = get_config("pi05-quarter").vision            # wide enough for the oneDNN path
     enc = init_random(VisionEncoder(cfg, 64), seed=3).eval()
     images = torch.rand(2, 3, cfg.image_size, cfg.image_size) * 2 - 1

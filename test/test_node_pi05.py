@@ -82,8 +82,8 @@ def wait_for_state(namespace, *, deadline):
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from oxygen_ros.engine.model.vla import build_random_model
-    from oxygen_ros.engine.weights.pi05_tokenizer import SentencePieceTokenizer
+    from oxygen_ros.engine.models.pi05.modeling import build_random_model
+    from oxygen_ros.engine.models.pi05.tokenizer import SentencePieceTokenizer
     from safetensors.torch import save_file
 
     root = tmp_path_factory.mktemp("pi05")
@@ -123,9 +123,9 @@ def _robot_observation():
 
 def _expected_chunks(toy, draws: int):
     """The clipped robot chunks for the node's first `draws` noise draws (seed 0)."""
-    from oxygen_ros.engine.policy_io import load_policy_io
+    from oxygen_ros.engine.models.pi05.processor import load_policy_io
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-    from oxygen_ros.engine.weights.pi05 import load_pi05
+    from oxygen_ros.engine.models.pi05.checkpoint import load_pi05
 
     model, tok = load_pi05(toy_config_for(toy), str(toy["good"]), toy["sp"])
     io = load_policy_io(toy["good"], image_size=model.cfg.vision.image_size)
@@ -142,7 +142,7 @@ def _expected_chunks(toy, draws: int):
 
 
 def toy_config_for(toy):
-    from oxygen_ros.engine.weights.pi05_tokenizer import SentencePieceTokenizer
+    from oxygen_ros.engine.models.pi05.tokenizer import SentencePieceTokenizer
 
     return toy_config(SentencePieceTokenizer(toy["sp"]))
 

@@ -31,7 +31,7 @@ def xr0_dir(tmp_path_factory):
     patches: 64 x 64 frames stay small) and processor_config.json's action_config."""
     from safetensors.torch import load_file, save_file
 
-    from oxygen_ros.engine.model.xr0_head import XR0HeadConfig, build_random
+    from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random
 
     root = tmp_path_factory.mktemp("xr0_node")
     d = root / "ckpt"
@@ -239,7 +239,7 @@ def test_our_prefix_is_the_deploy_prompt_token_for_token(built):
     """The prefix the node's observation makes is the deploy path's whole token sequence
     (headings before each view, the image pads, the task with /no_cot, the closed turns and
     the empty <cot></cot>), with images of different sizes; requests open turns of their own."""
-    from oxygen_ros.engine.policy_io.qwen3vl_images import image_token_count, qwen3vl_pixels
+    from oxygen_ros.engine.models.qwen3vl.image_processing import image_token_count, qwen3vl_pixels
 
     _, model, tok, _, io = built
     obs = io.observation(frames(), np.zeros(8), TASK)

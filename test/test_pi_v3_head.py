@@ -1,4 +1,4 @@
-"""StarVLA QwenPI_v3's action head (engine/model/pi_v3_head.py) against its formulas.
+"""StarVLA QwenPI_v3's action head (engine/models/starvla/head.py) against its formulas.
 
 Tiny random weights; hand-computed numbers in the comments. `reference_velocity` at the
 bottom is a plain re-statement of the block formulas (no precomputed K/V, concatenated
@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oxygen_ros.engine.model import pi_v3_head as pv
-from oxygen_ros.engine.model.pi_v3_head import PIv3HeadConfig, build_random
+from oxygen_ros.engine.models.starvla import head as pv
+from oxygen_ros.engine.models.starvla.head import PIv3HeadConfig, build_random
 
 TINY = PIv3HeadConfig(depth=3, width=8, num_heads=2, head_dim=4, backbone_hidden=12, future_tokens=3,
                       horizon=5, action_dim=4, state_dim=3, denoise_steps=4, max_seq_len=16,

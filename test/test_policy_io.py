@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from oxygen_ros.engine.policy_io import SLOTS, PolicyIOError, load_policy_io
+from oxygen_ros.engine.models.pi05.image_processing import SLOTS
+from oxygen_ros.engine.policy_io import PolicyIOError
+from oxygen_ros.engine.models.pi05.processor import load_policy_io
 from oxygen_ros.engine.policy_io.deltas import to_absolute, to_delta
 from pi05_fixtures import NORMALIZER_FILE, UNNORMALIZER_FILE, lerobot_ckpt, openpi_ckpt, write_json
 

@@ -1,4 +1,4 @@
-"""XR-0 policy I/O (oxygen_ros.engine.policy_io.xr0) against the deploy path's rules.
+"""XR-0 policy I/O (oxygen_ros.engine.models.xr0.processor) against the deploy path's rules.
 
 The checkpoints are written here in the format the module reads (processor_config.json
 "action_config": {robot_type: {"mean": [1, H, 32], "std": [1, H, 32]}}, assumption A1 of
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from oxygen_ros.engine.policy_io.errors import PolicyIOError
-from oxygen_ros.engine.policy_io.xr0 import load_xr0_policy_io
+from oxygen_ros.engine.models.xr0.processor import load_xr0_policy_io
 
 H_LIBERO, H_CALVIN = 10, 4
 

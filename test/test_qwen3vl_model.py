@@ -33,12 +33,12 @@ except ImportError:      # pragma: no cover - older transformers
     pytest.skip("this transformers has no Qwen2VLImageProcessorPil", allow_module_level=True)
 
 from oxygen_ros.engine.config import DecoderConfig  # noqa: E402
-from oxygen_ros.engine.model.qwen3vl_vla import (Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA,  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.modeling import (Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA,  # noqa: E402
                                                  SpecialIds)
-from oxygen_ros.engine.model.xr0_head import XR0HeadConfig, build_random  # noqa: E402
-from oxygen_ros.engine.policy_io.qwen3vl_images import Qwen3VLImageSettings, qwen3vl_pixels  # noqa: E402
+from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.image_processing import Qwen3VLImageSettings, qwen3vl_pixels  # noqa: E402
 from oxygen_ros.engine.tokenizer import ByteTokenizer  # noqa: E402
-from oxygen_ros.engine.weights.qwen3vl import read_qwen3vl_checkpoint  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.checkpoint import read_qwen3vl_checkpoint  # noqa: E402
 
 VOCAB = 320
 IMAGE, VIDEO, VSTART, VEND, IM_START, IM_END = 300, 301, 302, 303, 304, 305
@@ -105,7 +105,7 @@ def pair(tmp_path_factory):
     ck = read_qwen3vl_checkpoint(d, progress=None)
     assert ck.kind == "qwen3_vl" and ck.head is None and ck.tie_word_embeddings
     vision = ck.vision_config()
-    backbone = DecoderConfig.from_hf_text_config(ck.vlm_config, tie_embeddings=ck.tie_word_embeddings)
+    backbone = text_config_from_hf(ck.vlm_config, tie_embeddings=ck.tie_word_embeddings)
     assert backbone == ck.decoder_config() and backbone.deepstack_layers == 2
     expert = XR0HeadConfig(depth=2, width=32, num_heads=2, head_dim=16, mlp_dim=64, action_dim=4, horizon=4,
                            state_dim=4, denoise_steps=2, time_embed_dim=16, rope_theta=10000.0)

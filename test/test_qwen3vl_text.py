@@ -1,7 +1,7 @@
 """Our one Decoder, configured as Qwen3-VL's text model, against transformers' Qwen3-VL.
 
 The reference is transformers' own Qwen3VLForConditionalGeneration (test-only import),
-tiny and random, its weights copied into our Decoder through weights/qwen3vl.py. The
+tiny and random, its weights copied into our Decoder through models/qwen3vl/checkpoint.py. The
 image embeddings and DeepStack features our decoder receives come from the reference's
 own vision tower, so these tests pin the text side only (three-axis positions,
 interleaved MRoPE, DeepStack, qk-norm, the KV pool and per-request rope_deltas) and do
@@ -21,13 +21,15 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "Qwen3VLForConditionalGeneration"):
     pytest.skip("this transformers has no Qwen3-VL", allow_module_level=True)
 
-from oxygen_ros.engine.config import SMOL, TINY, DecoderConfig  # noqa: E402
+from oxygen_ros.engine.models.smollm2.configuration import SMOL  # noqa: E402
+from oxygen_ros.engine.models.pi05.configuration import TINY  # noqa: E402
+from oxygen_ros.engine.config import DecoderConfig  # noqa: E402
 from oxygen_ros.engine.kv_pool import KVPool  # noqa: E402
-from oxygen_ros.engine.model import mrope  # noqa: E402
-from oxygen_ros.engine.model.decoder import Decoder  # noqa: E402
-from oxygen_ros.engine.model.layers import Rope, packed_groups  # noqa: E402
-from oxygen_ros.engine.weights.loading import WeightMismatchError  # noqa: E402
-from oxygen_ros.engine.weights.qwen3vl import load_text_weights, text_state_dict  # noqa: E402
+from oxygen_ros.engine.layers import mrope  # noqa: E402
+from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
+from oxygen_ros.engine.layers.blocks import Rope, packed_groups  # noqa: E402
+from oxygen_ros.engine.state_checks import WeightMismatchError  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.checkpoint import load_text_weights, text_state_dict  # noqa: E402
 
 IMAGE, VIDEO, VSTART, VEND = 300, 301, 302, 303   # special ids inside the 320-token vocabulary
 MERGE = 2
@@ -81,7 +83,7 @@ def untied():
 
 
 def ours_from(hf) -> Decoder:
-    cfg = DecoderConfig.from_hf_text_config(hf.config.to_dict())
+    cfg = text_config_from_hf(hf.config.to_dict())
     dec = Decoder(cfg, max_positions=512).eval()
     load_text_weights(dec, hf.state_dict())
     for group in packed_groups(dec):
@@ -304,7 +306,7 @@ def test_from_hf_text_config_reads_both_spellings(tied):
     """The 5.x config (rope_parameters, whole config.json) and the 4.57 one (text_config
     with rope_theta and rope_scaling) give the same decoder config."""
     full = tied.config.to_dict()
-    cfg = DecoderConfig.from_hf_text_config(full)
+    cfg = text_config_from_hf(full)
     assert cfg == DecoderConfig(width=64, depth=3, mlp_dim=128, num_heads=4, num_kv_heads=2, head_dim=16,
                                 vocab_size=320, norm="llama", norm_eps=1e-6, activation="silu",
                                 rope_theta=10000.0, embed_scale=False, tie_embeddings=True,
@@ -312,11 +314,11 @@ def test_from_hf_text_config_reads_both_spellings(tied):
     old = {k: v for k, v in full["text_config"].items() if k != "rope_parameters"}
     old.update(rope_theta=10000.0, rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2],
                                                  "mrope_interleaved": True})
-    assert DecoderConfig.from_hf_text_config(old, tie_embeddings=True, deepstack_layers=2) == cfg
+    assert text_config_from_hf(old, tie_embeddings=True, deepstack_layers=2) == cfg
     for bad in ({"attention_bias": True}, {"rope_scaling": {"rope_type": "yarn", "rope_theta": 1.0}},
                 {"rope_scaling": {"mrope_interleaved": False, "rope_theta": 1.0}}, {"rope_theta": None}):
         with pytest.raises(ValueError, match="unsupported"):
-            DecoderConfig.from_hf_text_config({**old, **bad})
+            text_config_from_hf({**old, **bad})
     with pytest.raises(ValueError, match="mrope_section"):
         DecoderConfig(width=64, depth=1, mlp_dim=8, num_heads=4, num_kv_heads=2, head_dim=16,
                       vocab_size=8, mrope_section=(4, 2, 1))
@@ -334,7 +336,7 @@ def test_weight_mapping_is_strict(tied, untied):
         text_state_dict({**sd, "model.language_model.layers.0.self_attn.q_proj.bias": torch.zeros(64)})
     with pytest.raises(WeightMismatchError, match="lm_head"):
         text_state_dict({k: v for k, v in sd.items() if k != "lm_head.weight"}, tie_embeddings=False)
-    dec = Decoder(DecoderConfig.from_hf_text_config(tied.config.to_dict()))
+    dec = Decoder(text_config_from_hf(tied.config.to_dict()))
     with pytest.raises(WeightMismatchError, match="missing"):
         load_text_weights(dec, {k: v for k, v in sd.items() if "layers.2." not in k})
 

@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oxygen_ros.engine.model.layers import packed_groups
-from oxygen_ros.engine.model.qwen3vl_vision import (Qwen3VLVisionConfig, Qwen3VLVisionEncoder,
+from oxygen_ros.engine.layers.blocks import packed_groups
+from oxygen_ros.engine.models.qwen3vl.vision import (Qwen3VLVisionConfig, Qwen3VLVisionEncoder,
                                                      hf_vision_state_dict_to_ours)
 from oxygen_ros.engine.policy_io.errors import PolicyIOError
-from oxygen_ros.engine.policy_io.qwen3vl_images import (Qwen3VLImageSettings, image_token_count,
+from oxygen_ros.engine.models.qwen3vl.image_processing import (Qwen3VLImageSettings, image_token_count,
                                                          qwen3vl_pixels, smart_resize,
                                                          torch_bicubic_resize)
 
@@ -248,7 +248,7 @@ def test_patch_order_is_the_processors():
     proc = hf_processor()
     chw = np.random.default_rng(5).standard_normal((3, 64, 96)).astype(np.float32)
     ref, gh, gw = proc.patchify(chw, patch_size=16, merge_size=2, temporal_patch_size=2)
-    from oxygen_ros.engine.policy_io.qwen3vl_images import patchify
+    from oxygen_ros.engine.models.qwen3vl.image_processing import patchify
     ours, grid = patchify(torch.from_numpy(chw), Qwen3VLImageSettings())
     assert grid == (1, gh, gw) == (1, 4, 6)
     assert torch.equal(ours, torch.from_numpy(ref))

@@ -1,4 +1,4 @@
-"""Real-Time Chunking (engine/rtc.py, model/rtc_sampling.py) and the policy I/O inverse it needs.
+"""Real-Time Chunking (engine/rtc.py, layers/rtc_guidance.py) and the policy I/O inverse it needs.
 
 Tiny random models in float32; every chunk is drawn from a prefix prefilled once, and the
 "previous chunk" is the same model's chunk from other noise, shifted by a few steps.
@@ -14,10 +14,10 @@ import torch
 
 from engine_fixtures import tiny
 from oxygen_ros.engine.chunk_graphs import ChunkStep
-from oxygen_ros.engine.config import TINY
-from oxygen_ros.engine.model.layers import packed_groups
-from oxygen_ros.engine.model.vla import build_random_model
-from oxygen_ros.engine.policy_io import load_policy_io
+from oxygen_ros.engine.models.pi05.configuration import TINY
+from oxygen_ros.engine.layers.blocks import packed_groups
+from oxygen_ros.engine.models.pi05.modeling import build_random_model
+from oxygen_ros.engine.models.pi05.processor import load_policy_io
 from oxygen_ros.engine.policy_io.limits import LimitsIO
 from oxygen_ros.engine.rtc import DelayEstimator, RTCConfig, RTCGuide, guidance_weight, prefix_weights
 from pi05_fixtures import lerobot_ckpt, openpi_ckpt

@@ -1,4 +1,4 @@
-"""StarVLA QwenPI_v3 policy I/O (policy_io/starvla.py) and checkpoint reading (weights/starvla.py).
+"""StarVLA QwenPI_v3 policy I/O (models/starvla/processor.py) and checkpoint reading (models/starvla/checkpoint.py).
 
 The bin numbers, prompt strings and unnormalised actions below are worked out by hand
 from StarVLA's rules (see the two modules' docstrings), not by calling the code under test.
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from oxygen_ros.engine.policy_io.errors import PolicyIOError
-from oxygen_ros.engine.policy_io.starvla import (BIN_EDGES, load_starvla_policy_io, state_bins,
+from oxygen_ros.engine.models.starvla.processor import (BIN_EDGES, load_starvla_policy_io, state_bins,
                                                  with_state)
-from oxygen_ros.engine.weights.starvla import (StarVLACheckpointError, find_weights,
+from oxygen_ros.engine.models.starvla.checkpoint import (StarVLACheckpointError, find_weights,
                                                read_starvla_checkpoint, split_state_dict)
 
 # -- a run directory in StarVLA's layout ---------------------------------------------------
@@ -362,8 +362,8 @@ def test_checkpoint_splits_into_backbone_head_projectors(saved):
 
 
 def test_backbone_goes_through_the_qwen3vl_mapping_into_our_modules(saved):
-    from oxygen_ros.engine.model.decoder import Decoder
-    from oxygen_ros.engine.model.qwen3vl_vision import Qwen3VLVisionEncoder
+    from oxygen_ros.engine.layers.decoder import Decoder
+    from oxygen_ros.engine.models.qwen3vl.vision import Qwen3VLVisionEncoder
 
     ck = read_starvla_checkpoint(saved["pt"], dtype="float32")
     parts = ck.qwen3vl_parts(saved["base"])
@@ -436,11 +436,11 @@ def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
 
     from test_weights_qwen3vl import hf_model, train_tokenizer, write_tokenizer
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
-    from oxygen_ros.engine.model.pi_v3_head import PIv3HeadConfig, build_random
+    from oxygen_ros.engine.models.starvla.head import PIv3HeadConfig, build_random
     from oxygen_ros.engine.observation import Observation
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     tk = train_tokenizer()
     hf = hf_model(tk)
@@ -480,8 +480,8 @@ def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
         assert np.abs(iso.action(o, noise).numpy() - res.actions).max() <= 1e-5
     # the node's policy I/O: the prefix is StarVLA's chat prompt with the state as text,
     # token for token; the chunk unnormalises to the robot's 7 dims
-    from oxygen_ros.engine.policy_io.qwen3vl_images import image_token_count, qwen3vl_pixels
-    from oxygen_ros.engine.policy_io.starvla import load_starvla_policy_io
+    from oxygen_ros.engine.models.qwen3vl.image_processing import image_token_count, qwen3vl_pixels
+    from oxygen_ros.engine.models.starvla.processor import load_starvla_policy_io
 
     io = load_starvla_policy_io(run, "oxe_bridge")
     frame = rng.integers(0, 256, (48, 32, 3), dtype=np.uint8)
@@ -496,7 +496,7 @@ def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
 
 
 def test_starvla_pi_needs_its_base_vlm(tmp_path):
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     with pytest.raises(ValueError, match="starvla-pi profile reads a StarVLA"):
         load_model("starvla-pi")

@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from oxygen_ros.engine.weights import pi05 as pc
-from oxygen_ros.engine.model.vla import build_random_model
+from oxygen_ros.engine.models.pi05 import checkpoint as pc
+from oxygen_ros.engine.models.pi05.modeling import build_random_model
 from oxygen_ros.engine.observation import Observation
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-from oxygen_ros.engine.weights.pi05_tokenizer import SentencePieceTokenizer
+from oxygen_ros.engine.models.pi05.tokenizer import SentencePieceTokenizer
 from pi05_fixtures import (EX, EXPERT_LM_HEAD, LM, LM_HEAD, PREFIX, R, VT, engine_name, model_checkpoint,
                            real_shapes, toy_config, train_tokenizer, write)
 

@@ -27,14 +27,15 @@ if not hasattr(transformers, "Qwen3VLForConditionalGeneration"):
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from oxygen_ros.cli import main  # noqa: E402
-from oxygen_ros.engine.model.decoder import Decoder  # noqa: E402
-from oxygen_ros.engine.model.qwen3vl_vision import Qwen3VLVisionEncoder, hf_vision_state_dict_to_ours  # noqa: E402
-from oxygen_ros.engine.model.xr0_head import XR0HeadConfig, build_random  # noqa: E402
+from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.vision import Qwen3VLVisionEncoder, hf_vision_state_dict_to_ours  # noqa: E402
+from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random  # noqa: E402
 from oxygen_ros.engine.tokenizer import TextStream  # noqa: E402
-from oxygen_ros.engine.weights.loading import WeightMismatchError  # noqa: E402
-from oxygen_ros.engine.weights.qwen3vl import (  # noqa: E402
+from oxygen_ros.engine.state_checks import WeightMismatchError  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.checkpoint import (  # noqa: E402
     inspect_qwen3vl_checkpoint, read_qwen3vl_checkpoint, text_state_dict)
-from oxygen_ros.engine.weights.qwen3vl_tokenizer import Qwen3VLTokenizer  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.tokenizer import Qwen3VLTokenizer  # noqa: E402
+from oxygen_ros.engine.models.xr0.checkpoint import read_checkpoint as read_xr0_checkpoint  # noqa: E402
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
             "<|image_pad|>", "<|video_pad|>"]
@@ -252,7 +253,7 @@ def xr0(ckpt):
 
 def test_xr0_head_lands_under_xr0head_names_and_loads_strictly(ckpt, xr0):
     d, config, head = xr0
-    ck = read_qwen3vl_checkpoint(d)
+    ck = read_xr0_checkpoint(d)
     assert ck.kind == "xr0" and ck.unused == []
     assert_same(ck.head, head.state_dict())
     fresh = build_random(ck.head_config(), 2, 16, 2, seed=9)
@@ -269,7 +270,7 @@ def test_xr0_unexpected_or_missing_head_tensor_is_an_error(xr0, tmp_path):
     del sd["sink.weight"]
     save_file(sd, str(d / "model.safetensors"))
     with pytest.raises(WeightMismatchError) as e:
-        read_qwen3vl_checkpoint(d)
+        read_xr0_checkpoint(d)
     assert "dit.layers.0.attn.extra.weight" in str(e.value) and "sink.weight" in str(e.value)
 
 
@@ -391,7 +392,7 @@ def test_xr0_profile_loads_the_checkpoint_and_runs_exact_oxygen_frames(xr0):
     from oxygen_ros.engine.observation import Observation
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     d, config, head = xr0
     # the checkpoint's image processing (4-pixel patches here): frames of up to 64 x 64 pixels
@@ -426,7 +427,7 @@ def test_xr0_profile_loads_the_checkpoint_and_runs_exact_oxygen_frames(xr0):
 
 
 def test_xr0_profile_needs_a_checkpoint():
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     with pytest.raises(ValueError, match="xr0 profile reads a Xiaomi-Robotics-0 checkpoint"):
         load_model("xr0")

@@ -28,13 +28,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 gguf = pytest.importorskip("gguf")
 
-from oxygen_ros.engine.weights import gguf as gw  # noqa: E402
-from oxygen_ros.engine.config import SMOL, DecoderConfig  # noqa: E402
-from oxygen_ros.engine.model.decoder import Decoder  # noqa: E402
+from oxygen_ros.engine.models.smollm2 import gguf as gw  # noqa: E402
+from oxygen_ros.engine.models.smollm2.configuration import SMOL  # noqa: E402
+from oxygen_ros.engine.config import DecoderConfig  # noqa: E402
+from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
 from oxygen_ros.engine.generate import greedy_generate, prompt_ids  # noqa: E402
-from oxygen_ros.engine.weights.gguf_tokenizer import GGUFTokenizer  # noqa: E402
-from oxygen_ros.engine.weights.loading import (WeightMismatchError, WideByteTokenizer, check_state,  # noqa: E402
-                                       load_model)
+from oxygen_ros.engine.models.smollm2.tokenizer import GGUFTokenizer  # noqa: E402
+from oxygen_ros.engine.state_checks import WeightMismatchError, check_state  # noqa: E402 load_model)
+from oxygen_ros.engine.tokenizer import WideByteTokenizer  # noqa: E402 load_model)
 from oxygen_ros.engine.tokenizer import ByteTokenizer, TextStream, decode  # noqa: E402
 
 

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from oxygen_ros.engine.bench import runner as bench
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import load_model
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     bad = [m for m in modes if m not in bench.MODES]

@@ -27,20 +27,20 @@ def _qwen3vl_kind(checkpoint: str) -> str | None:
     """"qwen3_vl" / "xr0" when the checkpoint's config.json says so, else None."""
     from pathlib import Path
 
-    from ..engine.weights.qwen3vl import checkpoint_kind
+    from ..engine.registry import family
 
     d = Path(checkpoint)
     cfg = (d.parent if d.is_file() else d) / "config.json"
     try:
-        return checkpoint_kind(json.loads(cfg.read_text(encoding="utf-8")))
+        return family("xr0").checkpoint_kind(json.loads(cfg.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):
         return None
 
 
 def run_qwen3vl(args: argparse.Namespace) -> int:
-    from ..engine.weights.qwen3vl import inspect_qwen3vl_checkpoint
+    from ..engine.registry import family
 
-    report = inspect_qwen3vl_checkpoint(args.checkpoint)
+    report = family("xr0").inspect_checkpoint(args.checkpoint)
     failures = list(report["problems"])
     report["ok"] = not failures
     if args.json:
@@ -65,18 +65,19 @@ def run_qwen3vl(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if _qwen3vl_kind(args.checkpoint) is not None:
         return run_qwen3vl(args)
-    from ..engine.config import get_config
-    from ..engine.policy_io import PolicyIOError, load_policy_io
-    from ..engine.weights.pi05 import CheckpointError, inspect_checkpoint
+    from ..engine.policy_io import PolicyIOError
+    from ..engine.registry import family, get_config
+
+    pi05 = family("pi05")
 
     report, failures = {}, []
     try:
-        report["weights"] = inspect_checkpoint(get_config(args.model), args.checkpoint)
+        report["weights"] = pi05.inspect_checkpoint(get_config(args.model), args.checkpoint)
         failures += report["weights"]["problems"]
-    except (CheckpointError, OSError, ValueError) as e:
+    except (pi05.CheckpointError, OSError, ValueError) as e:
         failures.append(f"weights: {e}")
     try:
-        io = load_policy_io(args.checkpoint, args.convention, asset_id=args.asset_id,
+        io = pi05.load_policy_io(args.checkpoint, args.convention, asset_id=args.asset_id,
                             normalization=args.normalization, action_dims=args.action_dims,
                             stats_path=args.norm_stats)
         report["policy_io"] = io.summary()

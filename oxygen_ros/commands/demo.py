@@ -78,10 +78,10 @@ def _prepare_weights(params: dict, say) -> None:
     checkpoint = str(params.get("checkpoint") or "")
     if params.get("model") != "smol" or (checkpoint and not checkpoint.endswith(".gguf")):
         return
-    from oxygen_ros.engine.weights.gguf import ensure_cached
+    from oxygen_ros.engine.registry import family
 
     say("checking the SmolLM2 weights cache (the first run converts the GGUF: tens of seconds) ...")
-    cached = ensure_cached(params.get("checkpoint") or None, progress=sys.stdout)
+    cached = family("smollm2").ensure_cached(params.get("checkpoint") or None, progress=sys.stdout)
     say(f"weights: {cached.weights} ({'converted now' if cached.converted else 'cached'})")
 
 

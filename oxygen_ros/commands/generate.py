@@ -28,15 +28,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     from oxygen_ros.engine.generate import greedy_generate, prompt_ids
-    from oxygen_ros.engine.weights.gguf import GGUFError
-    from oxygen_ros.engine.weights.loading import load_model
+    from oxygen_ros.engine.registry import family, load_model
     from oxygen_ros.engine.tokenizer import decode
 
     try:
         model, tok = load_model(args.model, checkpoint=args.checkpoint, tokenizer_path=args.tokenizer,
                                 dtype=args.dtype, device=args.device)
         ids = prompt_ids(tok, args.prompt, chat=args.chat)
-    except (GGUFError, ValueError, FileNotFoundError) as exc:
+    except (family("smollm2").GGUFError, ValueError, FileNotFoundError) as exc:
         print(f"oxygen generate: {exc}", file=sys.stderr)
         return 1
     new = greedy_generate(model, tok, ids, args.max_new_tokens)

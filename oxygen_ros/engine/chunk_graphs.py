@@ -25,7 +25,7 @@ chunk write every entry they read before reading it.
 
 `capture_all()` records every graph when the engine is built (at configure), never in a
 control frame. Without CUDA (or with graphs=False) and no `bucket`, calls go straight to
-`VLAModel.prefill` / `sample_actions` in the staging slot (`fused`: the native sampling); with a
+`EngineModel.prefill` / `sample_actions` in the staging slot (`fused`: the native sampling); with a
 `bucket` the same static-buffer path runs eagerly, which is how the CPU tests exercise it.
 """
 from __future__ import annotations
@@ -35,12 +35,12 @@ import math
 import torch
 
 from .kv_pool import KVPool
-from .model.vla import VLAModel
+from .layers.engine_model import EngineModel
 from .transfer import to_device
 
 
 class ChunkStep:
-    def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
+    def __init__(self, model: EngineModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
                  fused: bool = False):
         self.model, self.pool, self.fused = model, pool, fused
         self.graphs = graphs and model.device.type == "cuda" and model.supports_graphs
@@ -84,7 +84,7 @@ class ChunkStep:
 
     # -- the frame's two calls -----------------------------------------------------------
     def prefill(self, prefix: torch.Tensor) -> None:
-        """Same as VLAModel.prefill(prefix, pool, self.slot), hidden states not returned."""
+        """Same as EngineModel.prefill(prefix, pool, self.slot), hidden states not returned."""
         self._frame_prefix = prefix
         if not self.static:
             self.model.prefill(prefix, self.pool, self.slot)
@@ -99,7 +99,7 @@ class ChunkStep:
         self.pool.lengths[self.slot] = length
 
     def sample(self, prefix_len: int, noise, rtc=None) -> torch.Tensor:
-        """Same as VLAModel.sample_actions(pool, self.slot, prefix_len, noise, rtc=rtc): a fresh
+        """Same as EngineModel.sample_actions(pool, self.slot, prefix_len, noise, rtc=rtc): a fresh
         [H, D]. A guide that guides anything runs eagerly, never from a graph: the RTC
         sampling reads the real prefix [0, L) of the slot only and keeps the action tokens'
         K/V to itself, so the bucket's padding past L never matters."""

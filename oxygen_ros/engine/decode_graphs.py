@@ -1,7 +1,7 @@
 """The batched decode step replayed from CUDA graphs.
 
 One decode step of a small batch is hundreds of tiny kernels, so on a GPU its launch
-cost rivals its work. `DecodeStep` runs `VLAModel.decode` on static input buffers and,
+cost rivals its work. `DecodeStep` runs `EngineModel.decode` on static input buffers and,
 on CUDA, replays one captured graph per (row bucket, read-length bucket):
 - the live requests are padded up to a power of two (at most every pool slot); a
   padding row decodes a stale token in a free slot, which the next prefill overwrites;
@@ -21,11 +21,11 @@ import math
 import torch
 
 from .kv_pool import KVPool
-from .model.vla import VLAModel
+from .layers.engine_model import EngineModel
 
 
 class DecodeStep:
-    def __init__(self, model: VLAModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
+    def __init__(self, model: EngineModel, pool: KVPool, graphs: bool = True, bucket: int | None = None,
                  pad_rows: bool | None = None):
         self.model, self.pool = model, pool
         self.graphs = graphs and model.device.type == "cuda" and model.supports_graphs
@@ -65,7 +65,7 @@ class DecodeStep:
                 self._capture(rows, span)
 
     def __call__(self, ids: torch.Tensor, lengths: torch.Tensor, read_len: int) -> torch.Tensor:
-        """Same contract as VLAModel.decode over slots 0..B-1; returns a fresh tensor [B]."""
+        """Same contract as EngineModel.decode over slots 0..B-1; returns a fresh tensor [B]."""
         b = ids.shape[0]
         rows, span = self.row_bucket(b), self.read_bucket(read_len)
         self._ids[:b].copy_(ids)

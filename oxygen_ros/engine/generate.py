@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .model.vla import VLAModel
+from .layers.engine_model import EngineModel
 from .tokenizer import Tokenizer
 
 
@@ -30,7 +30,7 @@ def prompt_ids(tok: Tokenizer, prompt: str, chat: bool = False, add_bos: bool | 
 
 
 @torch.inference_mode()
-def greedy_generate(model: VLAModel, tok: Tokenizer, ids: list[int], max_new_tokens: int,
+def greedy_generate(model: EngineModel, tok: Tokenizer, ids: list[int], max_new_tokens: int,
                     stop_at_eos: bool = True) -> list[int]:
     """Greedy continuation of `ids`: the new token ids (EOS excluded)."""
     if not ids:

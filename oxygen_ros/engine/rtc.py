@@ -3,7 +3,7 @@
 While a chunk is inferred the robot keeps executing the previous chunk; the new chunk must
 continue what is executed meanwhile (Black, Galliker, Levine, arXiv 2506.07339). Two modes:
 - "guided" (training-free, the paper's): every denoise step pulls the clean estimate of
-  the new chunk toward the previous chunk's remainder under a soft mask (model/rtc_sampling.py);
+  the new chunk toward the previous chunk's remainder under a soft mask (layers/rtc_guidance.py);
 - "trained" (arXiv 2512.05964, LeRobot's mode="trained"): the first `delay` action tokens
   are the previous chunk's (clean, flow time 0) at every step; needs a checkpoint trained so.
 ROS-free: torch only. The time convention is the engine's: flow time t from 1 (noise) to 0.

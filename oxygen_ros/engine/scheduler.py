@@ -20,7 +20,7 @@ from . import native
 from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
 from .frame import ChunkResult, FrameResult, PhaseTimer
-from .model.vla import VLAModel
+from .layers.engine_model import EngineModel
 from .observation import Observation
 from .requests import LanguageRequest, RequestRejected, TextDelta
 from .tokenizer import TextStream, Tokenizer
@@ -41,7 +41,7 @@ class EngineConfig:
     fused: bool = True             # native fused action sampling where built (CPU; else eager)
     seed: int = 0
 
-    def slot_len(self, model: VLAModel) -> int:
+    def slot_len(self, model: EngineModel) -> int:
         """KV entries per slot: the prefix (images, task + state), a request's prompt and
         its new tokens (or the action chunk, which uses the slot tail during a frame)."""
         if self.max_len:
@@ -62,7 +62,7 @@ class LiveRequest:
 class EngineBase:
     """Shared parts: request intake, prefix construction, token bookkeeping."""
 
-    def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+    def __init__(self, model: EngineModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         self.model, self.tok = model, tokenizer
         self.config = config or EngineConfig()
         self.frame_index = 0
@@ -166,7 +166,7 @@ class OxygenEngine(EngineBase):
     in the frame rides along and its extra tokens are dropped.
     """
 
-    def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+    def __init__(self, model: EngineModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         super().__init__(model, tokenizer, config)
         self.pool = model.new_pool(self.config.max_requests, self.config.slot_len(model))
         self.live: list[LiveRequest] = []          # live[i] holds pool slot i

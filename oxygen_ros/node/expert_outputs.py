@@ -1,5 +1,5 @@
 """The trajectories of a model's further action experts (several experts on one prefix,
-engine/model/qwen3vl_vla.py `extra_experts`): each drives its own joints (a humanoid's
+engine/models/qwen3vl/modeling.py `extra_experts`): each drives its own joints (a humanoid's
 hands, its base), on its own topic, at its own action rate, with its own chunk horizon.
 
 From the parameters, per extra expert in the model's order:

@@ -253,7 +253,7 @@ def build_engine(p: dict):
     import torch
 
     from ..engine.scheduler import EngineConfig, OxygenEngine
-    from ..engine.weights.loading import load_model
+    from ..engine.registry import load_model
 
     if p["torch_threads"] > 0:
         torch.set_num_threads(p["torch_threads"])
@@ -294,13 +294,13 @@ def load_xr0_io(p: dict):
     """The XR0PolicyIO of the parameters' checkpoint and robot_type (PolicyIOError, a
     ValueError, with the checkpoint's robot types when robot_type is unknown or missing)."""
     from ..engine.policy_io import PolicyIOError
-    from ..engine.policy_io.xr0 import load_xr0_policy_io
+    from ..engine.registry import family
 
     if not p["checkpoint"]:
         raise ValueError("policy_io xr0 reads the checkpoint directory (its processor_config.json "
                          "action_config): set checkpoint")
     robot_type = p.get("robot_type", "") or None
-    io = load_xr0_policy_io(p["checkpoint"], robot_type, stats_path=p["norm_stats_path"] or None)
+    io = family("xr0").load_xr0_policy_io(p["checkpoint"], robot_type, stats_path=p["norm_stats_path"] or None)
     if io.robot_type is None:
         raise PolicyIOError(f"the checkpoint's action statistics ({io.stats_file}) define "
                             f"{len(io.robot_types)} robot types: set robot_type to one of "
@@ -323,10 +323,8 @@ def _fit_xr0_horizon(model, io) -> None:
 
 def _check_xr0(p: dict, model, io, state: JointSpace) -> None:
     """What the XR-0 deploy path fixes and the parameters must agree with."""
-    from ..engine.model.xr0_head import XR0HeadConfig
-
     cfg = model.cfg
-    if not isinstance(getattr(cfg, "expert", None), XR0HeadConfig):
+    if getattr(getattr(cfg, "expert", None), "head_name", None) != "XR-0":
         raise ValueError(f"policy_io xr0 needs an XR-0 model (model xr0 with its checkpoint), got model {cfg.name}")
     unused = {"normalization": p["normalization"] != "", "asset_id": p["asset_id"] != "",
               "state_in_prompt": p["state_in_prompt"] != "auto"}
@@ -375,34 +373,31 @@ def build_policy_io(p: dict, model, tok, state: JointSpace, actions: JointSpace)
     For xr0 the model's chunk horizon becomes the robot type's (build_engine already did)."""
     import numpy as np
 
-    from ..engine.policy_io import LimitsIO, load_policy_io
+    from ..engine.policy_io import LimitsIO
+    from ..engine.registry import family
 
     cfg = model.cfg
     convention = choose_policy_io(p)
     if convention == "limits":
         io = LimitsIO.from_limits(state.lower, state.upper, actions.lower, actions.upper, cfg.expert.horizon)
     elif convention == "xr0":
-        from ..engine.policy_io.xr0 import load_xr0_policy_io
-
         io = load_xr0_io(p)
         _check_xr0(p, model, io, state)
         deltas = _xr0_delta_dims(p, io)
         if deltas:
-            io = load_xr0_policy_io(p["checkpoint"], io.robot_type, stats_path=p["norm_stats_path"] or None,
+            io = family("xr0").load_xr0_policy_io(p["checkpoint"], io.robot_type, stats_path=p["norm_stats_path"] or None,
                                     delta_dims=deltas)
         _fit_xr0_horizon(model, io)
         cfg = model.cfg
         io.tokenizer, io.max_prompt_tokens = tok, cfg.max_prompt_tokens
     elif convention == "starvla":
-        from ..engine.policy_io.starvla import load_starvla_policy_io
-
-        io = load_starvla_policy_io(p["checkpoint"], p["robot_type"] or None, stats_path=p["norm_stats_path"] or None)
+        io = family("starvla").load_starvla_policy_io(p["checkpoint"], p["robot_type"] or None, stats_path=p["norm_stats_path"] or None)
     else:
         if not p["checkpoint"]:
             raise ValueError(f"policy_io {convention} reads the checkpoint directory: set checkpoint")
         if p["state_in_prompt"] not in ("auto", "true", "false"):
             raise ValueError(f"state_in_prompt must be auto, true or false, got {p['state_in_prompt']!r}")
-        io = load_policy_io(
+        io = family("pi05").load_policy_io(
             p["checkpoint"], "auto" if convention == "checkpoint" else convention,
             asset_id=p["asset_id"] or None, normalization=p["normalization"] or None,
             action_dims=p["action_dims"] or None,

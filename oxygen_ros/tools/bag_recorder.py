@@ -69,7 +69,7 @@ def expert_topics(params: dict | None, extra: Sequence[str] = ()) -> list[str]:
     then `extra` (given by hand). ValueError for an unknown model profile."""
     names = []
     if params:
-        from ..engine.config import get_config   # the registry the node loads its model from
+        from ..engine.registry import get_config   # the registry the node loads its model from
         from ..node.expert_outputs import expert_topic
         from ..node.params import SPEC
 

@@ -14,7 +14,7 @@ import threading
 import torch
 
 from ..frame import FrameResult, PhaseTimer
-from ..model.vla import VLAModel
+from ..layers.engine_model import EngineModel
 from ..observation import Observation
 from ..requests import LanguageRequest, TextDelta
 from ..scheduler import EngineBase, EngineConfig, OxygenEngine, LiveRequest
@@ -24,7 +24,7 @@ from ..tokenizer import TextStream, Tokenizer
 class IsolatedRunner(EngineBase):
     """Runs one task at a time with a private one-slot pool."""
 
-    def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+    def __init__(self, model: EngineModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         super().__init__(model, tokenizer, config)
         self.pool = model.new_pool(1, self.config.slot_len(model))
         self.gate: threading.Event | None = None    # when set: decoding waits while it is clear
@@ -117,7 +117,7 @@ class ParallelEngine(EngineBase):
     """Naive parallelism: an action worker (this thread) and a language worker thread,
     each with its own copy of the model; requests run alone to completion in the worker."""
 
-    def __init__(self, model: VLAModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+    def __init__(self, model: EngineModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
         super().__init__(model, tokenizer, config)
         self.actor = IsolatedRunner(model, tokenizer, self.config)
         self.talker = IsolatedRunner(copy.deepcopy(model), tokenizer, self.config)

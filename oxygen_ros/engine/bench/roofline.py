@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.layers import ONEDNN_BATCH_HINT, Packed, onednn_enabled, packed_groups
-from ..model.vla import VLAModel
+from ..layers.blocks import ONEDNN_BATCH_HINT, Packed, onednn_enabled, packed_groups
+from ..layers.engine_model import EngineModel
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Cost:
 class FrameCosts:
     """Analytic costs of each phase for one model (weights in the model's dtype)."""
 
-    def __init__(self, model: VLAModel):
+    def __init__(self, model: EngineModel):
         c = model.cfg
         self.cfg = c
         self.el = model.backbone.embed_tokens.weight.element_size()
@@ -140,7 +140,7 @@ class KernelFloor:
     with the same methods as FrameCosts. Each distinct product list is timed once
     (best of `repeats`) and cached."""
 
-    def __init__(self, model: VLAModel, repeats: int = 3):
+    def __init__(self, model: EngineModel, repeats: int = 3):
         self.cfg, self.repeats, self._cache = model.cfg, repeats, {}
         self.best_gflops = self.best_gbps = 0.0
         bb, ex = model.backbone, model.expert

@@ -22,7 +22,7 @@ import torch
 
 from .baselines import ParallelEngine, SequentialEngine, SharedEngine
 from ..frame import PHASES
-from ..model.vla import VLAModel
+from ..layers.engine_model import EngineModel
 from ..requests import LanguageRequest
 from ..scheduler import EngineConfig, OxygenEngine
 from .workloads import get_workload, synthetic_frames
@@ -59,7 +59,7 @@ def warmup_frames(mode: str, s: BenchSettings) -> int:
 class ModeRun:
     """One mode's engine, advanced a round at a time, with what its frames produced."""
 
-    def __init__(self, mode: str, model: VLAModel, tok, s: BenchSettings, frames, noises):
+    def __init__(self, mode: str, model: EngineModel, tok, s: BenchSettings, frames, noises):
         shape = workload_shape(model, tok, s, len(frames))
         # slots sized to the workload: prefix + (prompt + tokens, or the action chunk)
         experts = [model.cfg.expert, *(e.cfg for e in model.cfg.extra_experts)]
@@ -162,7 +162,7 @@ def round_sizes(frames: int, rounds: int) -> list[int]:
     return [frames // rounds + (1 if i < frames % rounds else 0) for i in range(rounds)]
 
 
-def bench_inputs(model: VLAModel, s: BenchSettings, count: int) -> tuple[list, list]:
+def bench_inputs(model: EngineModel, s: BenchSettings, count: int) -> tuple[list, list]:
     """`count` deterministic observations of the workload and one action noise for each."""
     frames = synthetic_frames(get_workload(s.workload), model.cfg.camera_slots, model.cfg.vision.image_size,
                               count, s.seed)
@@ -171,7 +171,7 @@ def bench_inputs(model: VLAModel, s: BenchSettings, count: int) -> tuple[list, l
     return frames, [torch.randn(e.horizon, e.action_dim, generator=gen) for _ in frames]
 
 
-def run_bench(model: VLAModel, tok, s: BenchSettings, log=print) -> dict:
+def run_bench(model: EngineModel, tok, s: BenchSettings, log=print) -> dict:
     frames, noises = bench_inputs(model, s, max(warmup_frames(m, s) for m in s.modes) + s.frames + 1)
     runs = {mode: ModeRun(mode, model, tok, s, frames, noises) for mode in s.modes}
     try:
@@ -252,7 +252,7 @@ def format_table(report: dict) -> str:
 
 
 # -- roofline --------------------------------------------------------------------------
-def workload_shape(model: VLAModel, tok, s: BenchSettings, frames: int = 64) -> dict:
+def workload_shape(model: EngineModel, tok, s: BenchSettings, frames: int = 64) -> dict:
     """Token counts of the workload: the longest prefix over its first frames (the state
     text varies per frame) and the request prompt."""
     from ..observation import prefix_text
@@ -285,7 +285,7 @@ def roofline_phases(costs, shape: dict, mode: str, s: BenchSettings, seconds) ->
             "admit": admit * 1e3, "decode": decode * 1e3}
 
 
-def add_roofline(report: dict, model: VLAModel, tok, s: BenchSettings, log=print) -> None:
+def add_roofline(report: dict, model: EngineModel, tok, s: BenchSettings, log=print) -> None:
     from .roofline import FrameCosts, KernelFloor, measure_peaks
     log("measuring this machine's peaks and the kernel floor...", file=sys.stderr)
     shape = workload_shape(model, tok, s)
@@ -342,7 +342,7 @@ def format_roofline(r: dict) -> str:
 SWEEP_GRID = {"tokens": (5, 10, 20, 30), "steps_per_frame": (1, 5, 10, 30), "denoise_steps": (5, 10, 20)}
 
 
-def run_sweep(model: VLAModel, tok, s: BenchSettings, grid=SWEEP_GRID, log=print) -> dict:
+def run_sweep(model: EngineModel, tok, s: BenchSettings, grid=SWEEP_GRID, log=print) -> dict:
     """oxygen vs sequential over the grid; the ideal ratio is implied by measured phase costs:
     sequential's frame time over the sum of oxygen's phase medians (what oxygen would reach
     if the scheduler, cache management and Python around the model cost nothing)."""

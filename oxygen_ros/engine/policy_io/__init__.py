@@ -1,20 +1,14 @@
-"""ROS-free policy I/O for pi0.5 checkpoints, following openpi or LeRobot exactly.
+"""The robot <-> model boundary that every family shares: the error, the normalization
+formulas (openpi's and LeRobot's), their statistics files, joint limits as a safety envelope
+(LimitsIO, for models without statistics) and further experts' action statistics.
 
-Between a robot's raw observation and the model, and between the model's normalized action
-chunk and the robot: camera resize-with-pad and scaling, state normalization and
-discretization into the prompt, action unnormalization, cutting to the robot's dims and
-delta -> absolute. All of it is read from the checkpoint directory's own files:
-
-    io = load_policy_io("/data/pi05_libero")          # convention detected from the files
-    pixels, mask = io.images({"base_0_rgb": rgb, "left_wrist_0_rgb": wrist})
-    text = io.prompt("pick up the bowl", state)        # or io.prompt_tokens(task, state, tok)
-    actions = io.actions(chunk, state)                  # [horizon, action_dims] float64
+Each family's own policy I/O (what its checkpoint's training pipeline did to observations
+and actions) is its `processor.py`: pi0.5's openpi / LeRobot transforms in
+models/pi05/processor.py, XR-0's deploy path in models/xr0, StarVLA's in models/starvla.
 """
 from __future__ import annotations
 
 from .errors import PolicyIOError
-from .images import SLOTS
 from .limits import LimitsIO
-from .policy import PolicyIO, load_policy_io
 
-__all__ = ["LimitsIO", "PolicyIO", "PolicyIOError", "SLOTS", "load_policy_io"]
+__all__ = ["LimitsIO", "PolicyIOError"]

@@ -64,7 +64,7 @@ def detect_convention(root: Path) -> str:
 
 
 def horizon_and_steps(config: dict) -> tuple[int, int]:
-    # Mirrors the pi0.5 weights loader's rule (engine/weights/pi05.py, adapt_config): the
+    # Mirrors the pi0.5 weights loader's rule (engine/models/pi05/checkpoint.py, adapt_config): the
     # first positive int of openpi's `action_horizon` or LeRobot's `chunk_size`, and
     # LeRobot's `num_inference_steps`. Keep the two in step until they are deduplicated.
     horizon, steps = DEFAULT_HORIZON, DEFAULT_DENOISE_STEPS

@@ -1,0 +1,1 @@
+"""The model families, one folder each (engine/registry.py finds them by name)."""

@@ -1,0 +1,635 @@
+"""StarVLA QwenPI_v3's action head: a layer-wise cross-attention DiT over the backbone's
+per-layer HIDDEN STATES of the prefix (not its K/V).
+
+Sources (repo starVLA/starVLA unless marked; [copy] = read in a third-party copy; the
+code was read for facts only, this is an independent implementation):
+  framework  starVLA/model/framework/VLM4A/QwenPI_v3.py (Qwen_PI_v3, QwenPI_v3DefaultConfig)
+  head       starVLA/model/modules/action_model/LayerwiseFM_ActionHeader.py
+             (LayerwiseFlowmatchingActionHead, ActionEncoder, MLP)
+  DiT        starVLA/model/modules/action_model/flow_matching_head/cross_attention_dit.py
+             (DiT, BasicTransformerBlock, AdaLayerNorm, TimestepEncoder); the blocks are
+             diffusers' Attention / FeedForward / Timesteps / TimestepEmbedding
+  shapes     starVLA/model/framework/share_tools.py populate_layerwise_dit_cfg
+  sinusoid   flow_matching_head/action_encoder.py SinusoidalPositionalEncoding (starVLA's
+             file not readable; GR00T's original NVIDIA/Isaac-GR00T
+             gr00t/model/action_head/action_encoder.py, which starVLA copies [copy])
+
+Structure:
+- Backbone: one forward with output_hidden_states; the framework takes
+  `hidden_states[-depth:]` (depth = DiT blocks = 36, hard-coded `num_vl_layers = 36` in
+  Qwen_PI_v3.__init__). transformers' tuple is [embeddings, layer 0 out, ..., layer L-1
+  out] (L + 1 entries) so the last `depth` entries are the outputs of backbone layers
+  L - depth .. L - 1 (all 36 for Qwen3-VL-4B): TAIL-ALIGNED, block i reads backbone layer
+  L - depth + i. A third-party parity harness of the released checkpoint [copy] checks
+  that the 36 taps are the decoder layers' outputs, the first three INCLUDING the
+  DeepStack visual additions (the tap equals the next layer's input), and that the last
+  tap is NOT the final RMSNorm's output. The caller passes exactly these.
+- Per-layer projector `project_layers[i]` = Sequential(LayerNorm(W_b), Linear(W_b, W))
+  (nn.LayerNorm defaults: eps 1e-5, affine), nn.Identity when W_b == W
+  (`_project_vl_hidden_for_action`).
+- DiT block (BasicTransformerBlock, norm_type "ada_norm"), pre-norm:
+    n = LayerNorm(x, no affine, eps 1e-5) * (1 + scale) + shift,
+        (scale, shift) = chunk(Linear(SiLU(temb)), 2)   # scale FIRST (AdaLayerNorm)
+    [n = n + sinusoidal pe  only if positional_embeddings == "sinusoidal"]
+    x = x + attn1(n, context)       # diffusers Attention, q/k/v/out with bias, 1/sqrt(d)
+    x = x + ff(LayerNorm(x, no affine))   # FeedForward "gelu-approximate": Linear(W, 4W),
+                                          # GELU-tanh, Linear(4W, W), biases
+  context: cross blocks read the projected layer (to_k/to_v map W -> W: the encoder is
+  pre-projected, cross_attention_dim = W); self blocks read n itself.
+- Attention pattern (DiT.forward): block idx self-attends iff
+  idx % 2 == 1 and interleave_self_attention and use_canonical_forward; every other
+  block cross-attends to encoder_hidden_states[idx]. The released checkpoint:
+  interleave_self_attention False (every block cross), use_canonical_forward True.
+  use_canonical_forward False is the legacy "all cross" forward (odd blocks, built with
+  cross_attention_dim None, still read their layer; same shapes since the encoder is
+  pre-projected to W). QwenPI_v3's default YAML has interleave True; the released
+  checkpoint's effective config has it False [copy, parity harness].
+  The VLM padding mask goes to cross blocks only; self blocks see all head tokens.
+- Time. temb (DiT.timestep_encoder): diffusers Timesteps(256, flip_sin_to_cos=True,
+  downscale_freq_shift=1) = [cos(b f), sin(b f)], f_j = exp(-ln(1e4) j / (128 - 1)),
+  b = the integer bucket; then TimestepEmbedding: linear_1 (256 -> W), SiLU, linear_2.
+  The action encoder: a = layer1(action); tau = [sin(b g), cos(b g)],
+  g_j = exp(-ln(1e4) j / (W/2)) (SIN first, no shift); swish(layer2(cat[a, tau]));
+  layer3. Bucket b = int(t * num_timestep_buckets) (1000), t = k / N as a Python float.
+- Tokens: [state token (only if a state is given; QwenPI_v3 passes None: state is TEXT
+  in the prompt, `[STATE] b1 .. bn [ACTION]`), 32 learned future tokens
+  (nn.Embedding(num_target_vision_tokens, W)), action tokens + position_embedding(0..H-1)
+  (nn.Embedding(max_seq_len 1024, W), add_pos_embed True)].
+- Output: DiT.forward(return_pre_output=True): the last block's output goes straight
+  to action_decoder = MLP(W, 1024, action_dim): layer2(relu(layer1(x))); the last H
+  tokens are the velocity. DiT's norm_out / proj_out_1 / proj_out_2 are built (they are
+  in the state dict) but unused.
+- Flow: x_t = (1 - t) noise + t action, v = action - noise; inference
+  x <- x + (1/N) v(x, t_k), t_k = k/N, k = 0..N-1 (t goes 0 -> 1), N = 4.
+
+Checkpoint mapping: the `.pt` is the framework's state dict: `qwen_vl_interface.*`
+(the backbone), `project_layers.{i}.{0,1}.*`, `action_model.*`. This module's names are
+those minus nothing: PIv3Head.project_layers and PIv3Head.action_model (.model =
+DiT: timestep_encoder.timestep_embedder.linear_{1,2}, transformer_blocks.{i}.norm1.linear,
+.attn1.to_{q,k,v}, .attn1.to_out.0, .ff.net.0.proj, .ff.net.2, proj_out_{1,2};
+.action_encoder.layer{1,2,3}; .action_decoder.layer{1,2}; .state_encoder.layer{1,2};
+.future_tokens; .position_embedding). `head_state_dict(sd)` selects those keys (and
+strips a DDP "module." prefix); `load_state_dict(..., strict=True)` then loads them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...layers.rtc_guidance import check_guide, dense_products, guided_forward_time
+
+STATE_MODES = ("text", "encoder")
+HEAD_PREFIXES = ("action_model.", "project_layers.")
+
+
+@dataclass(frozen=True)
+class PIv3HeadConfig:
+    """Defaults are the released checkpoint's (StarVLA/Qwen3VL-PI_v3-Bridge-RT_1 on
+    Qwen3-VL-4B). Sources: QwenPI_v3.py (QwenPI_v3DefaultConfig / __init__),
+    LayerwiseFM_ActionHeader.py (head), cross_attention_dit.py (DiT defaults)."""
+    depth: int = 36                 # DiT blocks = layers read: qwenvl.num_vl_layers (hard-coded 36)
+    width: int = 1024               # diffusion_model_cfg.action_dit_hidden_dim -> input_embedding_dim
+    num_heads: int = 16             # width // attention_head_dim (populate_layerwise_dit_cfg)
+    head_dim: int = 64              # diffusion_model_cfg.attention_head_dim
+    backbone_hidden: int = 2560     # qwenvl.vl_hidden_dim (set from the VLM: Qwen3-VL-4B 2560)
+    future_tokens: int = 32         # action_model.num_target_vision_tokens
+    horizon: int = 16               # action_model.action_horizon (= future_action_window_size + 1)
+    action_dim: int = 7             # action_model.action_dim
+    state_dim: int = 7              # action_model.state_dim (state_encoder built when > 0)
+    state_mode: str = "text"        # "text": QwenPI_v3 (state in the prompt, encoder unused);
+                                    # "encoder": LayerwiseFM's optional state token
+    denoise_steps: int = 4          # action_model.num_inference_timesteps
+    timestep_buckets: int = 1000    # action_model.num_timestep_buckets
+    max_seq_len: int = 1024         # action_model.max_seq_len (position_embedding rows)
+    add_pos_embed: bool = True      # action_model.add_pos_embed
+    interleave_self_attention: bool = False   # diffusion_model_cfg (released: False)
+    use_canonical_forward: bool = True        # diffusion_model_cfg (DiT default True)
+    positional_embeddings: str | None = None  # diffusion_model_cfg (PI_v3 default None)
+    max_num_positional_embeddings: int = 512  # DiT default (only with "sinusoidal")
+    time_proj_dim: int = 256        # TimestepEncoder: Timesteps(num_channels=256)
+    time_freq_shift: float = 1.0    # Timesteps(downscale_freq_shift=1)
+    time_max_period: float = 10000.0  # diffusers get_timestep_embedding max_period; also
+                                      # the action encoder's log(10000)
+    ff_mult: int = 4                # diffusers FeedForward mult
+    decoder_hidden: int = 1024      # action_decoder = MLP(hidden_dim=1024)
+    state_hidden: int = 1024        # state_encoder = MLP(hidden_dim=1024 default)
+    dit_output_dim: int = 26        # diffusion_model_cfg.output_dim (proj_out_2, unused at
+                                    # inference). DiT default 26: with it the head has exactly
+                                    # the 538,678,305 parameters QwenPI_v3.py's docstring lists
+    norm_eps: float = 1e-5          # DiT norm_eps (norm3); AdaLayerNorm's own default 1e-5
+    projector_eps: float = 1e-5     # nn.LayerNorm default in project_layers
+
+    def __post_init__(self):
+        if self.num_heads * self.head_dim != self.width:
+            raise ValueError(f"PI_v3 head width {self.width} != num_heads {self.num_heads} x "
+                             f"head_dim {self.head_dim}")
+        if self.state_mode not in STATE_MODES:
+            raise ValueError(f"unknown state_mode {self.state_mode!r}; expected one of {STATE_MODES}")
+        if self.state_mode == "encoder" and self.state_dim <= 0:
+            raise ValueError("state_mode 'encoder' needs state_dim > 0")
+        if self.positional_embeddings not in (None, "sinusoidal"):
+            raise ValueError(f"unsupported positional_embeddings {self.positional_embeddings!r}")
+        if self.width % 2 or self.time_proj_dim % 2:
+            raise ValueError("width and time_proj_dim must be even")
+        if min(self.depth, self.future_tokens, self.horizon, self.action_dim, self.denoise_steps) < 1:
+            raise ValueError("depth, future_tokens, horizon, action_dim, denoise_steps must be >= 1")
+        if self.horizon > self.max_seq_len:
+            raise ValueError(f"horizon {self.horizon} exceeds max_seq_len {self.max_seq_len}")
+
+    def block_is_cross(self, idx: int) -> bool:
+        """DiT.forward: block idx self-attends iff odd, interleaved and canonical."""
+        return not (idx % 2 == 1 and self.interleave_self_attention and self.use_canonical_forward)
+
+    def block_built_cross(self, idx: int) -> bool:
+        """DiT.__init__: odd blocks are built without cross_attention_dim when interleaved."""
+        return not (idx % 2 == 1 and self.interleave_self_attention)
+
+    rtc_modes = ("guided",)      # one flow time per chunk (AdaLayerNorm): no trained RTC
+    head_name = "PI_v3"
+
+    @property
+    def tokens(self) -> int:
+        """Head tokens per chunk (no state token): future tokens + horizon actions."""
+        return self.future_tokens + self.horizon
+
+    @property
+    def reads(self) -> str:
+        """What of the shared prefix it reads (the engine keeps them in KVPool.hidden)."""
+        return "hidden_states"
+
+    def build(self, backbone) -> "PIv3Head":
+        """The head module, checked against the backbone's DecoderConfig it reads."""
+        if self.backbone_hidden != backbone.width or self.depth > backbone.depth + 1:
+            raise ValueError(f"the PI_v3 head reads {self.depth} layers of width {self.backbone_hidden}; "
+                             f"the backbone has {backbone.depth} (+ embeddings) of width {backbone.width}")
+        return PIv3Head(self)
+
+    @classmethod
+    def from_hf_dict(cls, config: dict, **overrides) -> "PIv3HeadConfig":
+        """From the checkpoint's config.json (StarVLA's training config: `framework.qwenvl`,
+        `framework.action_model`, `framework.action_model.diffusion_model_cfg`; the whole
+        file or its `framework` part). Runtime-filled DiT fields (input_embedding_dim,
+        num_layers, num_attention_heads) are used when saved, else derived the way
+        Qwen_PI_v3.__init__ does. Missing required keys raise KeyError naming them."""
+        fw = config.get("framework", config)
+        if "action_model" not in fw:
+            raise KeyError("StarVLA config has no 'framework.action_model'")
+        am = fw["action_model"]
+        dm = am.get("diffusion_model_cfg") or {}
+        qv = fw.get("qwenvl") or {}
+        if "action_dim" not in am:
+            raise KeyError("StarVLA config has no 'framework.action_model.action_dim'")
+        if "action_horizon" in am:
+            horizon = int(am["action_horizon"])
+        elif "future_action_window_size" in am:
+            horizon = int(am["future_action_window_size"]) + 1
+        else:
+            raise KeyError("StarVLA config has no 'framework.action_model.action_horizon' "
+                           "(or 'future_action_window_size')")
+        backbone = int(qv.get("vl_hidden_dim", cls.backbone_hidden))
+        width = dm.get("input_embedding_dim") or dm.get("action_dit_hidden_dim") or backbone
+        width = int(width)
+        head_dim = int(dm.get("attention_head_dim") or 64)
+        heads = int(dm.get("num_attention_heads") or width // head_dim)
+        depth = int(dm.get("num_layers") or qv.get("num_vl_layers") or cls.depth)
+        values = dict(depth=depth, width=width, num_heads=heads, head_dim=head_dim,
+                      backbone_hidden=backbone, horizon=horizon,
+                      action_dim=int(am["action_dim"]),
+                      state_dim=int(am.get("state_dim") or 0),
+                      interleave_self_attention=bool(dm.get("interleave_self_attention", False)),
+                      use_canonical_forward=bool(dm.get("use_canonical_forward", True)),
+                      positional_embeddings=dm.get("positional_embeddings", None))
+        for key, name in (("num_inference_timesteps", "denoise_steps"),
+                          ("num_timestep_buckets", "timestep_buckets"),
+                          ("num_target_vision_tokens", "future_tokens"),
+                          ("max_seq_len", "max_seq_len")):
+            if am.get(key) is not None:
+                values[name] = int(am[key])
+        if "add_pos_embed" in am:
+            values["add_pos_embed"] = bool(am["add_pos_embed"])
+        for key, name, kind in (("norm_eps", "norm_eps", float),
+                                ("output_dim", "dit_output_dim", int),
+                                ("max_num_positional_embeddings", "max_num_positional_embeddings", int)):
+            if dm.get(key) is not None:
+                values[name] = kind(dm[key])
+        if values["state_dim"] <= 0:
+            values["state_dim"] = 0
+        known = {f.name for f in fields(cls)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise TypeError(f"unknown PIv3HeadConfig fields {sorted(unknown)}")
+        values.update(overrides)
+        return cls(**values)
+
+
+# ---- the two sinusoids ------------------------------------------------------------
+def timestep_proj(buckets: torch.Tensor, dim: int, shift: float = 1.0,
+                  max_period: float = 10000.0) -> torch.Tensor:
+    """diffusers Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=shift):
+    [cos(b f), sin(b f)], f_j = exp(-ln(max_period) j / (dim/2 - shift)), float32."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32,
+                                                           device=buckets.device) / (half - shift))
+    args = buckets.float()[..., None] * freqs
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+def action_time_encoding(buckets: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """ActionEncoder's SinusoidalPositionalEncoding: [sin(b g), cos(b g)],
+    g_j = exp(-ln(max_period) j / (dim/2)), float32."""
+    half = dim // 2
+    freqs = torch.exp(-torch.arange(half, dtype=torch.float32, device=buckets.device)
+                      * (math.log(max_period) / half))
+    args = buckets.float()[..., None] * freqs
+    return torch.cat([torch.sin(args), torch.cos(args)], dim=-1)
+
+
+def sinusoidal_table(length: int, dim: int) -> torch.Tensor:
+    """diffusers SinusoidalPositionalEmbedding's pe [1, length, dim]: sin on even
+    channels, cos on odd, div = exp(-ln(1e4) * 2i / dim)."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    pe = torch.zeros(1, length, dim)
+    pe[0, :, 0::2] = torch.sin(pos * div)
+    pe[0, :, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+def bucket_schedule(steps: int, buckets: int) -> list[int]:
+    """t_k = k / N as Python floats, bucket = int(t_k * buckets) (predict_action)."""
+    return [int((k / float(steps)) * buckets) for k in range(steps)]
+
+
+# ---- modules named as the checkpoint's state dict ---------------------------------
+class MLP(nn.Module):
+    """LayerwiseFM MLP: layer2(relu(layer1(x)))."""
+
+    def __init__(self, d_in: int, hidden: int, d_out: int):
+        super().__init__()
+        self.layer1 = nn.Linear(d_in, hidden)
+        self.layer2 = nn.Linear(hidden, d_out)
+
+    def forward(self, x):
+        return self.layer2(F.relu(self.layer1(x)))
+
+
+class ActionEncoder(nn.Module):
+    def __init__(self, cfg: PIv3HeadConfig):
+        super().__init__()
+        self.max_period = cfg.time_max_period
+        self.layer1 = nn.Linear(cfg.action_dim, cfg.width)
+        self.layer2 = nn.Linear(2 * cfg.width, cfg.width)
+        self.layer3 = nn.Linear(cfg.width, cfg.width)
+
+    def forward(self, actions: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
+        """actions [B, H, A], buckets [B] (one time per row) -> [B, H, W]:
+        layer3(swish(layer2(cat[layer1(a), tau(b)]))), swish(x) = x sigmoid(x) = SiLU."""
+        a = self.layer1(actions)
+        tau = action_time_encoding(buckets, a.shape[-1], self.max_period).to(a.dtype)
+        x = torch.cat([a, tau[:, None].expand(-1, a.shape[1], -1)], dim=-1)
+        return self.layer3(F.silu(self.layer2(x)))
+
+
+class AdaLayerNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.linear = nn.Linear(dim, 2 * dim)
+
+    def modulation(self, temb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """temb [B, W] -> scale, shift [B, 1, W] (chunk order: scale, then shift)."""
+        scale, shift = self.linear(F.silu(temb)).chunk(2, dim=-1)
+        return scale[:, None], shift[:, None]
+
+    def forward(self, x, temb):
+        scale, shift = self.modulation(temb)
+        return F.layer_norm(x, (x.shape[-1],), eps=self.eps) * (1 + scale) + shift
+
+
+class Attention(nn.Module):
+    """diffusers Attention(bias=True, out_bias=True) with SDPA, scale 1/sqrt(head_dim)."""
+
+    def __init__(self, cfg: PIv3HeadConfig, is_cross: bool):
+        super().__init__()
+        self.is_cross = is_cross
+        self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        w = cfg.width
+        self.to_q = nn.Linear(w, w)
+        self.to_k = nn.Linear(w, w)      # cross_attention_dim = width (pre-projected encoder)
+        self.to_v = nn.Linear(w, w)
+        self.to_out = nn.ModuleList([nn.Linear(w, w), nn.Identity()])   # [Linear, Dropout]
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.split(self.to_k(context)), self.split(self.to_v(context))
+
+    def forward(self, x, kv=None, mask=None):
+        """x [B, T, W]; kv: precomputed (k, v) [B, heads, S, d] of the context, or None
+        for self-attention over x; mask bool [B, 1, 1, S] (True = visible) or None."""
+        k, v = self.kv(x) if kv is None else kv
+        out = F.scaled_dot_product_attention(self.split(self.to_q(x)), k, v, attn_mask=mask,
+                                             scale=1.0 / math.sqrt(self.head_dim))
+        b, _, t, _ = out.shape
+        return self.to_out[0](out.transpose(1, 2).reshape(b, t, -1))
+
+
+class GELUProj(nn.Module):
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out)
+
+    def forward(self, x):
+        return F.gelu(self.proj(x), approximate="tanh")
+
+
+class FeedForward(nn.Module):
+    """diffusers FeedForward("gelu-approximate", final_dropout): net = [GELU(proj),
+    Dropout, Linear, Dropout]."""
+
+    def __init__(self, dim: int, mult: int):
+        super().__init__()
+        self.net = nn.ModuleList([GELUProj(dim, mult * dim), nn.Identity(),
+                                  nn.Linear(mult * dim, dim), nn.Identity()])
+
+    def forward(self, x):
+        for m in self.net:
+            x = m(x)
+        return x
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    def __init__(self, dim: int, length: int):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(length, dim))   # persistent, as diffusers
+
+    def forward(self, x):
+        return x + self.pe[:, : x.shape[1]].to(x.dtype)
+
+
+class DiTBlock(nn.Module):
+    """BasicTransformerBlock(norm_type="ada_norm"): the attention is cross when built
+    with cross_attention_dim (it can still be run as self-attention, see DiT.forward)."""
+
+    def __init__(self, cfg: PIv3HeadConfig, built_cross: bool):
+        super().__init__()
+        self.eps = cfg.norm_eps
+        self.norm1 = AdaLayerNorm(cfg.width, 1e-5)      # AdaLayerNorm(dim): its default eps
+        self.pos_embed = (SinusoidalPositionalEmbedding(cfg.width, cfg.max_num_positional_embeddings)
+                          if cfg.positional_embeddings == "sinusoidal" else None)
+        self.attn1 = Attention(cfg, built_cross)
+        self.ff = FeedForward(cfg.width, cfg.ff_mult)
+
+    def forward(self, x, temb, kv=None, mask=None):
+        n = self.norm1(x, temb)
+        if self.pos_embed is not None:
+            n = self.pos_embed(n)
+        x = x + self.attn1(n, kv, mask)
+        return x + self.ff(F.layer_norm(x, (x.shape[-1],), eps=self.eps))
+
+
+class TimestepEmbedding(nn.Module):
+    def __init__(self, d_in: int, dim: int):
+        super().__init__()
+        self.linear_1 = nn.Linear(d_in, dim)
+        self.linear_2 = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.linear_2(F.silu(self.linear_1(x)))
+
+
+class TimestepEncoder(nn.Module):
+    def __init__(self, cfg: PIv3HeadConfig):
+        super().__init__()
+        self.dim, self.shift, self.max_period = cfg.time_proj_dim, cfg.time_freq_shift, cfg.time_max_period
+        self.timestep_embedder = TimestepEmbedding(cfg.time_proj_dim, cfg.width)
+
+    def forward(self, buckets: torch.Tensor) -> torch.Tensor:
+        w = self.timestep_embedder.linear_1.weight
+        return self.timestep_embedder(timestep_proj(buckets, self.dim, self.shift, self.max_period).to(w.dtype))
+
+
+class DiT(nn.Module):
+    def __init__(self, cfg: PIv3HeadConfig):
+        super().__init__()
+        self.timestep_encoder = TimestepEncoder(cfg)
+        self.transformer_blocks = nn.ModuleList(DiTBlock(cfg, cfg.block_built_cross(i))
+                                                for i in range(cfg.depth))
+        # built by DiT, unused by the layer-wise head (return_pre_output=True);
+        # norm_out is a LayerNorm without parameters
+        self.proj_out_1 = nn.Linear(cfg.width, 2 * cfg.width)
+        self.proj_out_2 = nn.Linear(cfg.width, cfg.dit_output_dim)
+
+
+class ActionModel(nn.Module):
+    """LayerwiseFlowmatchingActionHead's parameters (checkpoint prefix `action_model.`)."""
+
+    def __init__(self, cfg: PIv3HeadConfig):
+        super().__init__()
+        self.model = DiT(cfg)
+        self.state_encoder = MLP(cfg.state_dim, cfg.state_hidden, cfg.width) if cfg.state_dim > 0 else None
+        self.action_encoder = ActionEncoder(cfg)
+        self.action_decoder = MLP(cfg.width, cfg.decoder_hidden, cfg.action_dim)
+        self.future_tokens = nn.Embedding(cfg.future_tokens, cfg.width)
+        self.position_embedding = nn.Embedding(cfg.max_seq_len, cfg.width) if cfg.add_pos_embed else None
+
+
+def head_state_dict(checkpoint: dict) -> dict:
+    """The head's tensors of a StarVLA framework state dict (the `.pt`): keys under
+    `action_model.` and `project_layers.` (a leading DDP `module.` is stripped), names
+    unchanged; the backbone's `qwen_vl_interface.*` are left out."""
+    out = {}
+    for key, value in checkpoint.items():
+        k = key[len("module."):] if key.startswith("module.") else key
+        if k.startswith(HEAD_PREFIXES):
+            out[k] = value
+    return out
+
+
+class PIv3Head(nn.Module):
+    """Names follow the framework's state dict: project_layers.{i}.{0,1}, action_model.*."""
+
+    def __init__(self, cfg: PIv3HeadConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.project_layers = nn.ModuleList(
+            nn.Identity() if cfg.backbone_hidden == cfg.width else
+            nn.Sequential(nn.LayerNorm(cfg.backbone_hidden, eps=cfg.projector_eps),
+                          nn.Linear(cfg.backbone_hidden, cfg.width))
+            for _ in range(cfg.depth))
+        self.action_model = ActionModel(cfg)
+
+    # ---- which backbone layers ----------------------------------------------------
+    def first_backbone_layer(self, backbone_layers: int) -> int:
+        """Block i reads entry first + i of the per-layer list (hidden_states[-depth:])."""
+        if backbone_layers < self.cfg.depth:
+            raise ValueError(f"PI_v3 head has {self.cfg.depth} blocks but got hidden states of only "
+                             f"{backbone_layers} backbone layers (it reads the last {self.cfg.depth})")
+        return backbone_layers - self.cfg.depth
+
+    def read_layers(self, backbone_layers: int) -> list[int | None]:
+        """Per block, the index of the per-layer entry it cross-attends to (None: self)."""
+        first = self.first_backbone_layer(backbone_layers)
+        return [first + i if self.cfg.block_is_cross(i) else None for i in range(self.cfg.depth)]
+
+    # ---- inputs -----------------------------------------------------------------------
+    def encoder_mask(self, prefix_mask, batch: int, length: int, device) -> torch.Tensor | None:
+        """None (every prefix token visible, as StarVLA at batch 1), a bool [B, T] mask
+        (True = real token), or valid lengths [B] (the first n tokens are real) ->
+        bool [B, 1, 1, T] or None."""
+        if prefix_mask is None:
+            return None
+        m = torch.as_tensor(prefix_mask, device=device)
+        if m.dtype == torch.bool:
+            if m.shape != (batch, length):
+                raise ValueError(f"prefix_mask must be bool [B, T] = [{batch}, {length}]; got {tuple(m.shape)}")
+        else:
+            if m.shape not in ((batch,), ()) or m.is_floating_point():
+                raise ValueError(f"valid lengths must be integers [B] = [{batch}]; got {tuple(m.shape)}")
+            if int(m.min()) < 1 or int(m.max()) > length:
+                raise ValueError(f"valid lengths must be in [1, {length}]; got {m.tolist()}")
+            m = torch.arange(length, device=device)[None] < m.reshape(-1, 1)
+            m = m.expand(batch, length)
+        if not bool(m.any(dim=1).all()):
+            raise ValueError("every row needs at least one visible prefix token")
+        return m[:, None, None, :]
+
+    def prepare(self, layer_hidden, prefix_mask=None, state=None):
+        """What depends on the prefix only: per block the cross K/V of its projected layer
+        (None for self blocks), the encoder mask and the state token. Odd blocks in
+        canonical interleaved mode read no layer, so those layers are not projected."""
+        cfg = self.cfg
+        n_layers = len(layer_hidden)
+        reads = self.read_layers(n_layers)
+        first = layer_hidden[0]
+        if first.dim() != 3 or first.shape[-1] != cfg.backbone_hidden:
+            raise ValueError(f"each layer's hidden states must be [B, T, {cfg.backbone_hidden}]; "
+                             f"got {tuple(first.shape)}")
+        b, t, _ = first.shape
+        p = self.action_model.future_tokens.weight
+        mask = self.encoder_mask(prefix_mask, b, t, p.device)
+        kvs = []
+        for i, idx in enumerate(reads):
+            if idx is None:
+                kvs.append(None)
+                continue
+            h = layer_hidden[idx]
+            if h.shape != first.shape:
+                raise ValueError(f"layer {idx} hidden states {tuple(h.shape)} != layer 0's {tuple(first.shape)}")
+            ctx = self.project_layers[i](h.to(p.dtype))
+            kvs.append(self.action_model.model.transformer_blocks[i].attn1.kv(ctx))
+        state_tok = self.state_token(state, b, p.dtype)
+        return kvs, mask, state_tok
+
+    def state_token(self, state, batch: int, dtype):
+        if state is None:
+            return None
+        if self.cfg.state_mode != "encoder":
+            raise ValueError("this head takes the state as text (state_mode 'text'); pass state=None "
+                             "or build it with state_mode='encoder'")
+        s = torch.as_tensor(state).reshape(batch, -1, self.cfg.state_dim)
+        return self.action_model.state_encoder(s.to(dtype))
+
+    def tokens(self, x: torch.Tensor, buckets: torch.Tensor, state_tok=None) -> torch.Tensor:
+        """DiT input [state?, future tokens, action tokens + position embedding]."""
+        am = self.action_model
+        b, h, _ = x.shape
+        act = am.action_encoder(x, buckets)
+        if am.position_embedding is not None:
+            act = act + am.position_embedding.weight[:h][None]
+        parts = [am.future_tokens.weight[None].expand(b, -1, -1), act]
+        if state_tok is not None:
+            parts.insert(0, state_tok)
+        return torch.cat(parts, dim=1)
+
+    # ---- sampling ---------------------------------------------------------------------
+    def velocity(self, x: torch.Tensor, bucket: int, prepared) -> torch.Tensor:
+        """One Euler step's velocity [B, H, A] at timestep bucket `bucket`."""
+        kvs, mask, state_tok = prepared
+        am = self.action_model
+        buckets = torch.full((x.shape[0],), bucket, dtype=torch.long, device=x.device)
+        temb = am.model.timestep_encoder(buckets)
+        hs = self.tokens(x, buckets, state_tok)
+        for block, kv in zip(am.model.transformer_blocks, kvs):
+            hs = block(hs, temb, kv, mask if kv is not None else None)
+        return am.action_decoder(hs[:, -x.shape[1]:])
+
+    @torch.no_grad()
+    def sample_actions(self, layer_hidden, prefix_mask, noise: torch.Tensor, steps: int | None = None,
+                       state: torch.Tensor | None = None) -> torch.Tensor:
+        """Euler-integrate t = 0 -> 1 from `noise` [B, H, action_dim].
+
+        layer_hidden: the backbone's per-layer hidden states of the prefix, a tensor
+        [L_b, B, T, W_backbone] or a list of [B, T, W_backbone]: transformers'
+        `hidden_states` (L + 1 entries, embeddings first) or the L layer outputs; block i
+        reads entry L_b - depth + i (the last `depth`, as QwenPI_v3 slices them).
+        prefix_mask: None (all visible), bool [B, T] or valid lengths [B]; it masks the
+        cross-attention keys only. steps: Euler steps (default cfg.denoise_steps).
+        state: only with state_mode 'encoder' (QwenPI_v3 puts the state in the prompt)."""
+        cfg = self.cfg
+        if noise.dim() != 3 or noise.shape[-1] != cfg.action_dim:
+            raise ValueError(f"noise must be [B, H, {cfg.action_dim}]; got {tuple(noise.shape)}")
+        b, h, _ = noise.shape
+        if not 1 <= h <= cfg.max_seq_len:
+            raise ValueError(f"horizon {h} outside [1, {cfg.max_seq_len}]")
+        if len(layer_hidden) == 0 or layer_hidden[0].shape[0] != b:
+            raise ValueError(f"layer_hidden batch must match noise batch {b}")
+        steps = cfg.denoise_steps if steps is None else int(steps)
+        if steps < 1:
+            raise ValueError("steps must be >= 1")
+        prepared = self.prepare(layer_hidden, prefix_mask, state)
+        dt = 1.0 / steps
+        x = noise.to(self.action_model.future_tokens.weight.dtype)
+        for bucket in bucket_schedule(steps, cfg.timestep_buckets):
+            x = x + dt * self.velocity(x, bucket, prepared)
+        return x
+
+    # -- on the Qwen3-VL prefix (models/qwen3vl/modeling.py asks every head for these) ------
+    def chunk(self, pool, slot: int, prefix_len: int, prefix, noise: torch.Tensor, rtc=None,
+              action_mask=None) -> torch.Tensor:
+        """The chunk [1, H, D] from the prefix's per-layer hidden states the pool keeps
+        (KVPool.hidden, read in place); under `rtc` (an active RTCGuide) guided."""
+        layers = pool.hidden[:, None, :prefix_len]
+        if rtc is not None:
+            return self.sample_guided(noise, layers, rtc)
+        return self.sample_actions(layers, None, noise)
+
+    def sample_guided(self, noise: torch.Tensor, layer_hidden: torch.Tensor, guide) -> torch.Tensor:
+        """The chunk [1, H, D] under a guided RTC guide (layers/rtc_guidance.guided_forward_time:
+        this flow also runs t = k / N from 0 to 1, v = action - noise). `layer_hidden`
+        [L + 1, 1, T, W]; the cross-attention K/V of the projected layers are computed once,
+        without a graph, since they do not depend on x. One time per chunk: guided only."""
+        check_guide(guide, noise, self.cfg)
+        steps = self.cfg.denoise_steps
+        with torch.inference_mode(False), torch.enable_grad(), dense_products(self):
+            with torch.no_grad():       # outside inference mode: normal tensors autograd may save
+                prepared = self.prepare(layer_hidden)
+            buckets = bucket_schedule(steps, self.cfg.timestep_buckets)
+            x = noise.to(self.action_model.future_tokens.weight.dtype)
+            return guided_forward_time(lambda x, k: self.velocity(x, buckets[k], prepared), x,
+                                       [k / float(steps) for k in range(steps)], 1.0 / steps, guide)
+
+
+def build_random(cfg: PIv3HeadConfig, seed: int = 0, dtype=torch.float32, device="cpu") -> PIv3Head:
+    """A seeded random head for tests and profiles: nn defaults, future tokens and
+    position embedding N(0, 0.02) as StarVLA initialises them, projector LayerNorm
+    weights 1 + 0.1 N(0, 1) and biases 0.1 N(0, 1) so a wrong norm is visible."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = PIv3Head(cfg)
+        with torch.no_grad():
+            am = head.action_model
+            nn.init.normal_(am.future_tokens.weight, std=0.02)
+            if am.position_embedding is not None:
+                nn.init.normal_(am.position_embedding.weight, std=0.02)
+            for m in head.project_layers.modules():
+                if isinstance(m, nn.LayerNorm):
+                    m.weight.add_(0.1 * torch.randn_like(m.weight))
+                    m.bias.add_(0.1 * torch.randn_like(m.bias))
+    return head.to(device=device, dtype=dtype).eval()
+

@@ -1,0 +1,169 @@
+"""The package's import rules (docs/engine.md "Rooms"; docs/models.md "Adding a model family").
+
+Read from the source with ast, imports inside functions included (a lazy import is still an
+arrow; only `if TYPE_CHECKING:` blocks, which never run, are left out): no circles; a family imports only the families it declares as bases in the registry;
+the shared rooms (the engine outside models/, layers/ included) import no family; nothing
+outside the engine (node, tools, commands) imports a family: they go through the registry.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from oxygen_ros.engine import registry
+
+PACKAGE = Path(__file__).resolve().parents[1] / "oxygen_ros"
+FAMILY_ROOT = "oxygen_ros.engine.models."
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _targets(module: str, path: Path) -> set[str]:
+    """The package modules `module` imports anywhere in its file (the most specific module
+    each import names: `from pkg import submodule` is an arrow to the submodule)."""
+    found = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            src = _resolve(node, module, path.name == "__init__.py")
+            names = [f"{src}.{a.name}" if f"{src}.{a.name}" in MODULES else src for a in node.names]
+        for name in names:
+            while name and name not in MODULES:      # `import a.b.c` where c is an attribute
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of the tree but those under `if TYPE_CHECKING:` (annotations only)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+GRAPH = {m: _targets(m, p) for m, p in MODULES.items()}
+
+
+def _family(module: str) -> str | None:
+    if not module.startswith(FAMILY_ROOT):
+        return None
+    return module[len(FAMILY_ROOT):].split(".")[0]
+
+
+def test_the_graph_is_read():
+    """The rules below are only as good as the graph: it has the arrows we know exist."""
+    assert "oxygen_ros.engine.layers.decoder" in GRAPH["oxygen_ros.engine.models.pi05.modeling"]
+    assert "oxygen_ros.engine.models.qwen3vl.modeling" in GRAPH["oxygen_ros.engine.models.xr0.configuration"]
+    # lazy, inside a function
+    assert "oxygen_ros.engine.registry" in GRAPH["oxygen_ros.node.params"]
+
+
+def test_no_import_circles():
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v):        # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_families_import_only_their_declared_bases():
+    declared = {f.name: set(f.bases) for f in registry.FAMILIES}
+    wrong = []
+    for module, targets in GRAPH.items():
+        fam = _family(module)
+        if fam is None:
+            continue
+        for target in targets:
+            other = _family(target)
+            if other is not None and other != fam and other not in declared[fam]:
+                wrong.append(f"{module} -> {target} ({fam} declares {sorted(declared[fam])})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_shared_rooms_and_everything_outside_the_engine_import_no_family():
+    wrong = [f"{module} -> {target}" for module, targets in GRAPH.items()
+             if _family(module) is None and module != "oxygen_ros.engine.models"
+             for target in targets if _family(target) is not None]
+    assert not wrong, "reach a family through engine/registry.py:\n" + "\n".join(wrong)
+
+
+def test_every_family_folder_is_registered_with_bases_that_exist():
+    folders = {p.name for p in (PACKAGE / "engine" / "models").iterdir()
+               if p.is_dir() and (p / "__init__.py").is_file()}
+    names = {f.name for f in registry.FAMILIES}
+    assert folders == names
+    for f in registry.FAMILIES:
+        assert set(f.bases) <= names - {f.name}
+        assert f.module == FAMILY_ROOT + f.name
+
+
+@pytest.mark.parametrize("fam", registry.FAMILIES, ids=lambda f: f.name)
+def test_registry_profiles_match_each_family(fam):
+    """The registry lists profiles as data (nothing imported at start-up); each family's
+    PROFILES defines exactly those, except a profile sized by its checkpoint."""
+    module = importlib.import_module(fam.module)
+    assert set(module.PROFILES) <= set(fam.profiles)
+    for name in fam.profiles:
+        if name in module.PROFILES:
+            assert registry.get_config(name).name == name
+        else:
+            with pytest.raises(ValueError, match="from its checkpoint"):
+                registry.get_config(name)
+    assert callable(module.load)
+
+
+def test_unknown_profile_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown model profile 'nope'.*tiny.*xr0"):
+        registry.load_model("nope")
