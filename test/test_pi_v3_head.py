@@ -5,6 +5,7 @@ bottom is a plain re-statement of the block formulas (no precomputed K/V, concat
 tokens, explicit softmax) that the head's sample_actions is checked against."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -259,6 +260,27 @@ def test_flow_direction_t_from_0_to_1_and_step_count():
     assert ts == [0.0, 0.25, 0.5, 0.75]
 
 
+def test_intermediates_record_every_euler_step():
+    """return_intermediates: one FlowStep per step (t_k = k/N; the network sees bucket
+    int(1000 t_k)); x_0 is the noise, x_{k+1} = x_k + dt v_k, and the last step's x + dt v
+    is the returned chunk, which equals the default call's exactly."""
+    head = build_random(TINY, seed=8)
+    layers, x = hidden(), noise()
+    plain = head.sample_actions(layers, None, x)
+    actions, steps = head.sample_actions(layers, None, x, return_intermediates=True)
+    assert torch.equal(actions, plain)
+    assert len(steps) == TINY.denoise_steps
+    assert torch.equal(steps[0].x, x)
+    assert [s.t for s in steps] == [0.0, 0.25, 0.5, 0.75] and all(s.dt == 0.25 for s in steps)
+    for a, b in zip(steps, steps[1:]):
+        assert torch.equal(b.x, a.x + a.dt * a.v)
+    last = steps[-1]
+    assert torch.equal(last.x + last.dt * last.v, actions)
+    assert torch.allclose(last.v, reference_velocity(head, layers, last.x, 750), atol=1e-5)
+    actions3, three = head.sample_actions(layers, None, x, steps=3, return_intermediates=True)
+    assert len(three) == 3 and torch.equal(actions3, three[-1].x + three[-1].dt * three[-1].v)
+
+
 def test_sample_actions_matches_reference_forward():
     """The head (precomputed per-block K/V, SDPA) against the formulas written out."""
     for cfg in (TINY, cfg_with(depth=4, interleave_self_attention=True),
@@ -362,6 +384,26 @@ def test_from_hf_dict_reads_starvla_config_names():
     with pytest.raises(TypeError, match="unknown"):
         PIv3HeadConfig.from_hf_dict({**cfg_json, "framework": {**cfg_json["framework"],
                                      "action_model": {**am, "action_dim": 7}}}, bogus=1)
+
+
+def test_from_dict_and_to_dict_round_trip_with_the_field_names():
+    cfg = cfg_with(interleave_self_attention=True, positional_embeddings="sinusoidal", state_mode="encoder")
+    d = cfg.to_dict()
+    assert d["depth"] == 3 and d["positional_embeddings"] == "sinusoidal" and d["state_mode"] == "encoder"
+    assert set(d) == set(PIv3HeadConfig().to_dict())
+    assert PIv3HeadConfig.from_dict(d) == cfg
+    assert PIv3HeadConfig.from_dict(json.loads(json.dumps(d))) == cfg
+    assert PIv3HeadConfig.from_dict(PIv3HeadConfig().to_dict()) == PIv3HeadConfig()
+    assert PIv3HeadConfig.from_dict({"horizon": 8}) == PIv3HeadConfig(horizon=8)
+
+
+def test_from_dict_names_unknown_keys_and_the_known_fields():
+    # StarVLA's own names (from_hf_dict reads those) are not field names here
+    with pytest.raises(ValueError, match=r"unknown PIv3HeadConfig fields \['action_horizon', 'num_layers'\]; "
+                                         r"known fields: \['depth', 'width'.*'projector_eps'\]"):
+        PIv3HeadConfig.from_dict({"depth": 2, "action_horizon": 16, "num_layers": 36})
+    with pytest.raises(ValueError, match="state_mode"):                # the config's own checks still run
+        PIv3HeadConfig.from_dict({"state_mode": "tokens"})
 
 
 def test_shape_and_argument_errors():

@@ -3,7 +3,8 @@
 The bin numbers, prompt strings and unnormalised actions below are worked out by hand
 from StarVLA's rules (see the two modules' docstrings), not by calling the code under test.
 Bins: 256 left edges -1 + k/128; bin(x) = k such that -1 + k/128 <= x < -1 + (k+1)/128,
-i.e. floor((x + 1) * 128), with 1.0 (and anything above) in bin 255.
+i.e. floor((x + 1) * 128), with 1.0 (and anything above) in bin 255 and anything below -1
+in bin -1 (StarVLA's digitize; clip=True / clip_state=True clips to [-1, 1] first: bin 0).
 """
 from __future__ import annotations
 
@@ -98,15 +99,25 @@ def test_bin_edges_are_starvlas_256_left_edges():
     (1.0 - 1e-9, 255),          # just inside
     (1.0, 255),                 # nothing closes the last bin
     (2.0, 255),                 # above: bin 255 either way
-    (-1.5, 0),                  # below: clipped to -1 -> bin 0
+    (-1.5, -1),                 # below: digitize gives 0 -> bin -1, as StarVLA writes it
 ])
 def test_state_bins_at_and_around_the_edges(x, want):
     assert state_bins([x]).tolist() == [want]
 
 
-def test_below_minus_one_is_bin_minus_one_without_the_clip_as_starvla_writes_it():
+def test_below_minus_one_is_bin_minus_one_by_default_and_0_with_the_clip():
     # np.digitize(-1.5, edges) = 0, minus 1 -> -1; above 1 stays 255
+    assert state_bins([-1.5, 2.0]).tolist() == [-1, 255]
     assert state_bins([-1.5, 2.0], clip=False).tolist() == [-1, 255]
+    assert state_bins([-1.5, 2.0], clip=True).tolist() == [0, 255]
+
+
+def test_default_bins_are_starvlas_own_digitize():
+    x = np.array([-1.5, -1.0, 0.0, 0.999, 1.0, 1.5])
+    starvla = np.digitize(x, np.linspace(-1, 1, 257)[:-1]) - 1      # QwenPI_v3.py's expression
+    assert starvla.tolist() == [-1, 0, 128, 255, 255, 255]
+    assert state_bins(x).tolist() == starvla.tolist()
+    assert state_bins(x, clip=True).tolist() == [0, 0, 128, 255, 255, 255]
 
 
 @pytest.mark.parametrize("bad", [[0.1, float("nan")], [float("inf")], [], [[0.1, 0.2], [0.3, 0.4]], ["a"]])
@@ -134,13 +145,14 @@ def test_state_normalisation_q99_binary_min_max_mean_std(run):
     # 2 (0.25 + 1) / 4 - 1 = -0.375 -> 0.625*128 = 80; 2 (1 + 4) / 8 - 1 = 0.25 -> 160;
     # min == max -> 0 -> 128; 2 * 0.7 - 1 = 0.4 -> 179
     assert io.state_text(raw) == "80 160 128 179"
-    # min_max is not clamped: 2 (-3 + 1) / 4 - 1 = -2 -> bin 0 clipped, -1 raw; 2 * 0 - 1 = -1 -> 0
-    assert io.state_text([-3.0, 0.0, 5.0, 0.0]) == "0 128 128 0"
-    raw_io = load_starvla_policy_io(run, "oxe_bridge", state_modes="min_max", clip_state=False)
-    assert raw_io.state_text([-3.0, 0.0, 5.0, 0.0]) == "-1 128 128 0"
+    # min_max is not clamped: 2 (-3 + 1) / 4 - 1 = -2 -> bin -1 (StarVLA's), 0 clipped; 2 * 0 - 1 = -1 -> 0
+    assert io.clip_state is False
+    assert io.state_text([-3.0, 0.0, 5.0, 0.0]) == "-1 128 128 0"
+    clip_io = load_starvla_policy_io(run, "oxe_bridge", state_modes="min_max", clip_state=True)
+    assert clip_io.state_text([-3.0, 0.0, 5.0, 0.0]) == "0 128 128 0"
 
     io = load_starvla_policy_io(run, "oxe_bridge", state_modes="mean_std")
-    # 0.25 / 1 -> 160; 1.0 / 2 = 0.5 -> 192; std 0 -> raw 5 -> clipped 255; 0.7 -> 217.6 -> 217
+    # 0.25 / 1 -> 160; 1.0 / 2 = 0.5 -> 192; std 0 -> raw 5 -> above 1: 255; 0.7 -> 217.6 -> 217
     assert io.state_text(raw) == "160 192 255 217"
 
     io = load_starvla_policy_io(run, "oxe_bridge", state_modes="none")

@@ -5,7 +5,9 @@ the bottom concatenates the prefix K/V as the checkpoint code does, independentl
 the pool path, so the in-place reading is checked against it."""
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from oxygen_ros.engine.kv_pool import KVPool
+from oxygen_ros.engine.layers.dict_config import DictConfig
 from oxygen_ros.engine.models.xr0 import head as xr0_head
 from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random, time_embedding
 
@@ -187,6 +190,31 @@ def test_flow_direction_t_from_0_to_1():
     assert calls == ts
 
 
+def test_intermediates_record_every_euler_step():
+    """return_intermediates: one FlowStep per step (t_k = k/N, x_k, v_k, dt); x_0 is the
+    noise, x_{k+1} = x_k + dt v_k, and the last step's x + dt v is the returned chunk,
+    which equals the default call's exactly."""
+    head = build_random(TINY, TINY.num_heads, TINY.head_dim, BB_DEPTH, seed=4)
+    state, noise = inputs()
+    mask = torch.tensor([True, True, True, False, True, True])
+    plain = run(head, make_pool(), state, noise, mask=mask)
+    actions, steps = head.sample_actions(make_pool().k, make_pool().v, 0, PREFIX, NEXT_POS, state, noise,
+                                         mask, return_intermediates=True)
+    assert torch.equal(actions, plain)
+    assert len(steps) == TINY.denoise_steps
+    assert torch.equal(steps[0].x, noise)
+    assert [s.t for s in steps] == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
+    assert all(s.dt == pytest.approx(1 / TINY.denoise_steps) for s in steps)
+    for a, b in zip(steps, steps[1:]):
+        assert torch.equal(b.x, a.x + a.dt * a.v)
+    last = steps[-1]
+    assert torch.equal(last.x + last.dt * last.v, actions)
+    assert last.v.shape == noise.shape
+    actions3, three = head.sample_actions(make_pool().k, make_pool().v, 0, PREFIX, NEXT_POS, state, noise,
+                                          steps=3, return_intermediates=True)
+    assert len(three) == 3 and torch.equal(actions3, three[-1].x + three[-1].dt * three[-1].v)
+
+
 def test_action_mask_hides_inactive_dims_from_the_network():
     """The mask multiplies the noisy action before the projector: changing the noise in
     an inactive dim moves that dim's output by exactly the change and nothing else;
@@ -267,6 +295,41 @@ def test_from_hf_dict_reads_the_checkpoint_names():
         XR0HeadConfig.from_hf_dict({**d, "dit_config": {**d["dit_config"], "num_key_value_heads": 4}})
     with pytest.raises(KeyError, match="action_dim"):
         XR0HeadConfig.from_hf_dict({k: v for k, v in d.items() if k != "action_dim"})
+
+
+def test_from_dict_and_to_dict_round_trip_with_the_field_names():
+    cfg = XR0HeadConfig(depth=3, width=64, num_heads=4, head_dim=16, mlp_dim=128, mask_mode="train_window",
+                        action_position_offset=10, rope_theta=1e4)
+    d = cfg.to_dict()
+    assert d["depth"] == 3 and d["mask_mode"] == "train_window" and set(d) == set(XR0HeadConfig().to_dict())
+    assert XR0HeadConfig.from_dict(d) == cfg
+    assert XR0HeadConfig.from_dict(json.loads(json.dumps(d))) == cfg
+    assert XR0HeadConfig.from_dict({}) == XR0HeadConfig()                 # missing fields: defaults
+    assert XR0HeadConfig.from_dict({"horizon": 8}) == XR0HeadConfig(horizon=8)
+
+
+def test_from_dict_names_unknown_keys_and_the_known_fields():
+    with pytest.raises(ValueError, match=r"unknown XR0HeadConfig fields \['action_length', 'bogus'\]; "
+                                         r"known fields: \['depth', 'width'.*'action_position_offset'\]"):
+        XR0HeadConfig.from_dict({"depth": 2, "action_length": 30, "bogus": 1})
+    with pytest.raises(ValueError, match="num_heads"):                 # the config's own checks still run
+        XR0HeadConfig.from_dict({"width": 100})
+    with pytest.raises(TypeError, match="mapping"):
+        XR0HeadConfig.from_dict([("depth", 2)])
+
+
+def test_dict_config_reads_tuple_fields_from_lists():
+    """The shared mixin (layers/dict_config.py): a tuple field is written as a list and read
+    back from one (neither head config has one today)."""
+    @dataclass(frozen=True)
+    class WithTuple(DictConfig):
+        dims: tuple[int, ...] = (1, 2)
+        name: str = "a"
+
+    d = WithTuple(dims=(3, 4, 5)).to_dict()
+    assert d == {"dims": [3, 4, 5], "name": "a"}
+    back = WithTuple.from_dict(d)
+    assert back == WithTuple(dims=(3, 4, 5)) and isinstance(back.dims, tuple)
 
 
 # ---- an independent reference: the checkpoint's forward, prefix concatenated --------------

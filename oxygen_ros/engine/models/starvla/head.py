@@ -74,11 +74,13 @@ strips a DDP "module." prefix); `load_state_dict(..., strict=True)` then loads t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...layers.dict_config import DictConfig, check_fields
+from ...layers.flow_steps import FlowStep
 from ...layers.rtc_guidance import check_guide, dense_products, guided_forward_time
 
 STATE_MODES = ("text", "encoder")
@@ -86,10 +88,11 @@ HEAD_PREFIXES = ("action_model.", "project_layers.")
 
 
 @dataclass(frozen=True)
-class PIv3HeadConfig:
+class PIv3HeadConfig(DictConfig):
     """Defaults are the released checkpoint's (StarVLA/Qwen3VL-PI_v3-Bridge-RT_1 on
     Qwen3-VL-4B). Sources: QwenPI_v3.py (QwenPI_v3DefaultConfig / __init__),
-    LayerwiseFM_ActionHeader.py (head), cross_attention_dit.py (DiT defaults)."""
+    LayerwiseFM_ActionHeader.py (head), cross_attention_dit.py (DiT defaults).
+    `from_hf_dict` reads StarVLA's config names; `from_dict` / `to_dict` use the field names."""
     depth: int = 36                 # DiT blocks = layers read: qwenvl.num_vl_layers (hard-coded 36)
     width: int = 1024               # diffusion_model_cfg.action_dit_hidden_dim -> input_embedding_dim
     num_heads: int = 16             # width // attention_head_dim (populate_layerwise_dit_cfg)
@@ -217,10 +220,7 @@ class PIv3HeadConfig:
                 values[name] = kind(dm[key])
         if values["state_dim"] <= 0:
             values["state_dim"] = 0
-        known = {f.name for f in fields(cls)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise TypeError(f"unknown PIv3HeadConfig fields {sorted(unknown)}")
+        check_fields(cls, overrides, TypeError)
         values.update(overrides)
         return cls(**values)
 
@@ -561,7 +561,7 @@ class PIv3Head(nn.Module):
 
     @torch.no_grad()
     def sample_actions(self, layer_hidden, prefix_mask, noise: torch.Tensor, steps: int | None = None,
-                       state: torch.Tensor | None = None) -> torch.Tensor:
+                       state: torch.Tensor | None = None, return_intermediates: bool = False):
         """Euler-integrate t = 0 -> 1 from `noise` [B, H, action_dim].
 
         layer_hidden: the backbone's per-layer hidden states of the prefix, a tensor
@@ -570,7 +570,10 @@ class PIv3Head(nn.Module):
         reads entry L_b - depth + i (the last `depth`, as QwenPI_v3 slices them).
         prefix_mask: None (all visible), bool [B, T] or valid lengths [B]; it masks the
         cross-attention keys only. steps: Euler steps (default cfg.denoise_steps).
-        state: only with state_mode 'encoder' (QwenPI_v3 puts the state in the prompt)."""
+        state: only with state_mode 'encoder' (QwenPI_v3 puts the state in the prompt).
+        return_intermediates: return (actions, [FlowStep per Euler step]) instead
+        (layers/flow_steps.py: t_k = k/N, whose bucket int(t_k * timestep_buckets) the
+        network sees, x_k, v_k, dt; x_{k+1} = x_k + dt v_k)."""
         cfg = self.cfg
         if noise.dim() != 3 or noise.shape[-1] != cfg.action_dim:
             raise ValueError(f"noise must be [B, H, {cfg.action_dim}]; got {tuple(noise.shape)}")
@@ -585,9 +588,13 @@ class PIv3Head(nn.Module):
         prepared = self.prepare(layer_hidden, prefix_mask, state)
         dt = 1.0 / steps
         x = noise.to(self.action_model.future_tokens.weight.dtype)
-        for bucket in bucket_schedule(steps, cfg.timestep_buckets):
-            x = x + dt * self.velocity(x, bucket, prepared)
-        return x
+        record = [] if return_intermediates else None
+        for k, bucket in enumerate(bucket_schedule(steps, cfg.timestep_buckets)):
+            v = self.velocity(x, bucket, prepared)
+            if record is not None:
+                record.append(FlowStep(k / float(steps), x, v, dt))
+            x = x + dt * v
+        return (x, record) if return_intermediates else x
 
     # -- on the Qwen3-VL prefix (models/qwen3vl/modeling.py asks every head for these) ------
     def chunk(self, pool, slot: int, prefix_len: int, prefix, noise: torch.Tensor, rtc=None,

@@ -27,10 +27,11 @@ Facts used here:
   [-1 + k/128, -1 + (k+1)/128): -1 -> 0, 0.0 -> 128 (an edge belongs to the bin above it),
   1 - 1/128 -> 255 and 1.0 -> 255 (nothing closes the last bin). Values above 1 also give
   255; values BELOW -1 give -1 (digitize returns 0), a token StarVLA itself would write.
-  `clip_state=True` (the default here) clips to [-1, 1] first, so < -1 gives bin 0;
-  `clip_state=False` reproduces the raw digitize, "-1" included. NaN is an error here
-  (digitize would file it as 255). The docstring example in S1 ("[-0.5, 0.1, 0.8] -> 95 133
-  203") does not match its own code, which gives "64 140 230".
+  The default here is StarVLA's raw digitize, "-1" included (a checkpoint was trained on
+  what its own code writes); `clip_state=True` (state_bins' clip=True) clips to [-1, 1]
+  first, so < -1 gives bin 0. NaN is an error here (digitize would file it as 255). The
+  docstring example in S1 ("[-0.5, 0.1, 0.8] -> 95 133 203") does not match its own code,
+  which gives "64 140 230".
 - Only `state[0]` of the example's [1, state_dim] state is written (S1). When a request
   carries no state the instruction is left as it is (S1); the SimplerEnv client (S6)
   sends none, so the released Bridge/RT-1 checkpoint is driven without state text there.
@@ -192,10 +193,10 @@ def _state_vector(state, when: str = "") -> np.ndarray:
     return x
 
 
-def state_bins(normalized_state, clip: bool = True) -> np.ndarray:
+def state_bins(normalized_state, clip: bool = False) -> np.ndarray:
     """A normalised state [S] -> int64 bins [S], StarVLA's np.digitize over 256 uniform bins
-    on [-1, 1] (see the module docstring for the edges). clip=False keeps StarVLA's raw
-    behaviour below -1 (bin -1)."""
+    on [-1, 1] (see the module docstring for the edges): below -1 is bin -1, as StarVLA
+    writes it; clip=True clips to [-1, 1] first (below -1 is bin 0)."""
     x = _state_vector(normalized_state, "after normalisation")
     if clip:
         x = np.clip(x, -1.0, 1.0)
@@ -281,7 +282,7 @@ class StarVLAPolicyIO:
     config_file: Path | None = None
     action_norm: str = "q99"
     state_modes: tuple[str, ...] | str = "q99"
-    clip_state: bool = True
+    clip_state: bool = False                 # True: clip to [-1, 1] before binning (StarVLA does not)
     clip_actions: bool = True
     binary_dims: tuple[int, ...] = ()
     delta_dims: tuple[int, ...] = ()
@@ -507,7 +508,8 @@ class StarVLAPolicyIO:
                                f"{_STAT_FIELDS[self.action_norm][0]}) + {_STAT_FIELDS[self.action_norm][0]}, x)",
                 "delta_dims": list(self.delta_dims),
                 "state_text": f"<instruction> {STATE_MARKER} b1 ... bS {ACTION_MARKER}, "
-                              f"{STATE_BINS} bins on [-1, 1]{' (clipped first)' if self.clip_state else ''}",
+                              f"{STATE_BINS} bins on [-1, 1]"
+                              f"{' (clipped first)' if self.clip_state else ' (below -1: bin -1, as StarVLA)'}",
                 "state_modes": modes, "cot_prompt": self.cot_prompt, "n_images": self.n_images,
                 "train_image_size": list(self.train_image_size) if self.train_image_size else None,
                 "image_settings": self.image_settings_source, "resize_mode": self.image_settings.resize_mode}
@@ -525,7 +527,7 @@ def _dims(values, n: int, what: str) -> tuple[int, ...]:
 
 def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = None, *,
                            stats_path: str | os.PathLike | None = None, action_norm: str = "q99",
-                           state_modes: str | Sequence[str] = "q99", clip_state: bool = True,
+                           state_modes: str | Sequence[str] = "q99", clip_state: bool = False,
                            clip_actions: bool = True, binary_dims: Sequence[int] | None = None,
                            delta_dims: Sequence[int] = (), n_images: int | None = None,
                            resize_mode: str = "torch",
@@ -536,6 +538,8 @@ def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = Non
     unnorm_key: the statistics key (required when the file has several).
     stats_path: a dataset_statistics.json elsewhere. action_norm: "q99" (S6) or "min_max".
     state_modes: one mode for all state dims or one per dim (STATE_MODES; see B3).
+    clip_state: clip the normalised state to [-1, 1] before binning (default False: StarVLA's
+    np.digitize, which writes -1 below -1).
     binary_dims: the action dims binarised at 0.5 (default: where the mask is False).
     n_images: image slots in the prompt (default: len(datasets.vla_data.obs), else 1).
     resize_mode: "torch" (B1) or "pil". preprocessor_config: a Qwen3-VL

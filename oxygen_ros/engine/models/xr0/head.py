@@ -64,22 +64,25 @@ KV heads x head_dim (8 x 128 for Qwen3-VL-4B; the checkpoint's kv_group is 1 too
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ...layers.decoder import CacheView
 from ...layers.blocks import GatedMLP, RMSNorm, apply_rope, grouped_attention
+from ...layers.dict_config import DictConfig, check_fields
+from ...layers.flow_steps import FlowStep
 from ...layers.rtc_guidance import PrefixCacheView, check_guide, dense_products, guided_forward_time
 
 MASK_MODES = ("causal", "train_window")
 
 
 @dataclass(frozen=True)
-class XR0HeadConfig:
+class XR0HeadConfig(DictConfig):
     """Defaults are the released checkpoint's; each field's source in modeling_mibot.py
-    (checkpoint code) unless noted. `from_hf_dict` reads the names that code reads."""
+    (checkpoint code) unless noted. `from_hf_dict` reads the names that code reads;
+    `from_dict` / `to_dict` use the field names."""
     depth: int = 16              # config.dit_config.num_hidden_layers (XR0.py dit_num_layers=16)
     width: int = 1024            # config.dit_config.hidden_size
     num_heads: int = 8           # hidden_size // head_dim (Attention.num_heads)
@@ -147,10 +150,7 @@ class XR0HeadConfig:
         theta = text.get("rope_theta", (text.get("rope_parameters") or {}).get("rope_theta"))
         if theta is not None:
             values["rope_theta"] = float(theta)
-        known = {f.name for f in fields(cls)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise TypeError(f"unknown XR0HeadConfig fields {sorted(unknown)}")
+        check_fields(cls, overrides, TypeError)
         values.update(overrides)
         return cls(**values)
 
@@ -307,7 +307,8 @@ class XR0Head(nn.Module):
     @torch.no_grad()
     def sample_actions(self, pool_k_layers, pool_v_layers, slot: int, prefix_len: int,
                        prefix_next_position: int, state: torch.Tensor, noise: torch.Tensor,
-                       action_mask: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:
+                       action_mask: torch.Tensor | None = None, steps: int | None = None,
+                       return_intermediates: bool = False):
         """Euler-integrate t = 0 -> 1 from `noise` [B, H, action_dim]; B rows read pool
         slots [slot, slot + B), which share prefix_len and prefix_next_position.
 
@@ -316,7 +317,9 @@ class XR0Head(nn.Module):
         state [B, state_dim] or [B, 1, state_dim]; action_mask bool [action_dim] or
         [B, action_dim] (None: all active). Returns [B, H, action_dim] like the
         checkpoint (inactive dims not zeroed; see active_actions). The head's K/V go
-        to positions [prefix_len, prefix_len + H + 2) of those slots in the tail layers."""
+        to positions [prefix_len, prefix_len + H + 2) of those slots in the tail layers.
+        return_intermediates: return (actions, [FlowStep per Euler step]) instead
+        (layers/flow_steps.py: t_k = k/N, x_k, v_k, dt; x_{k+1} = x_k + dt v_k)."""
         b, horizon, adim = noise.shape
         if adim != self.cfg.action_dim:
             raise ValueError(f"noise has action dim {adim}, the head {self.cfg.action_dim}")
@@ -336,7 +339,9 @@ class XR0Head(nn.Module):
                   for i in range(self.cfg.depth)]
         state_tokens = self.state_projector(state.reshape(b, 1, self.cfg.state_dim).to(dtype))
         keep = self.dim_mask(action_mask, b, dev, dtype)
-        return self.integrate(noise, state_tokens, keep, self.schedule(steps), rope, caches, mask)
+        record = [] if return_intermediates else None
+        x = self.integrate(noise, state_tokens, keep, self.schedule(steps), rope, caches, mask, record)
+        return (x, record) if return_intermediates else x
 
     def dim_mask(self, action_mask, batch: int, device, dtype) -> torch.Tensor:
         """The per-robot mask as a 0/1 multiplier [B or 1, 1, action_dim]."""
@@ -348,12 +353,16 @@ class XR0Head(nn.Module):
                              f"{self.cfg.action_dim}; got {tuple(m.shape)}")
         return m.reshape(-1, 1, self.cfg.action_dim).to(dtype)
 
-    def integrate(self, noise, state_tokens, keep, schedule, rope, caches, mask) -> torch.Tensor:
-        """The denoise loop, device work only: x_{k+1} = x_k + dt * v(x_k, t_k)."""
-        dt, _, layer_mods = schedule
+    def integrate(self, noise, state_tokens, keep, schedule, rope, caches, mask, record=None) -> torch.Tensor:
+        """The denoise loop, device work only: x_{k+1} = x_k + dt * v(x_k, t_k); each step
+        appended to the list `record` as a FlowStep when one is given."""
+        dt, ts, layer_mods = schedule
         x = noise
         for k in range(layer_mods[0].shape[0]):
-            x = x + self.velocity(x, state_tokens, keep, [m[k] for m in layer_mods], rope, caches, mask) * dt
+            v = self.velocity(x, state_tokens, keep, [m[k] for m in layer_mods], rope, caches, mask)
+            if record is not None:
+                record.append(FlowStep(ts[k], x, v, dt))
+            x = x + v * dt
         return x
 
     def velocity(self, x, state_tokens, keep, step_mods, rope, caches, mask) -> torch.Tensor:
