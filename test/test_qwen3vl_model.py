@@ -32,13 +32,13 @@ try:
 except ImportError:      # pragma: no cover - older transformers
     pytest.skip("this transformers has no Qwen2VLImageProcessorPil", allow_module_level=True)
 
-from oxygen_ros.engine.config import DecoderConfig  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.modeling import (Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA,  # noqa: E402
                                                  SpecialIds)
 from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.image_processing import Qwen3VLImageSettings, qwen3vl_pixels  # noqa: E402
 from oxygen_ros.engine.tokenizer import ByteTokenizer  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.checkpoint import read_qwen3vl_checkpoint  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.configuration import text_config_from_hf  # noqa: E402
 
 VOCAB = 320
 IMAGE, VIDEO, VSTART, VEND, IM_START, IM_END = 300, 301, 302, 303, 304, 305

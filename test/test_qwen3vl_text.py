@@ -30,6 +30,7 @@ from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
 from oxygen_ros.engine.layers.blocks import Rope, packed_groups  # noqa: E402
 from oxygen_ros.engine.state_checks import WeightMismatchError  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.checkpoint import load_text_weights, text_state_dict  # noqa: E402
+from oxygen_ros.engine.models.qwen3vl.configuration import text_config_from_hf  # noqa: E402
 
 IMAGE, VIDEO, VSTART, VEND = 300, 301, 302, 303   # special ids inside the 320-token vocabulary
 MERGE = 2

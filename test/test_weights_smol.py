@@ -34,8 +34,9 @@ from oxygen_ros.engine.config import DecoderConfig  # noqa: E402
 from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
 from oxygen_ros.engine.generate import greedy_generate, prompt_ids  # noqa: E402
 from oxygen_ros.engine.models.smollm2.tokenizer import GGUFTokenizer  # noqa: E402
-from oxygen_ros.engine.state_checks import WeightMismatchError, check_state  # noqa: E402 load_model)
-from oxygen_ros.engine.tokenizer import WideByteTokenizer  # noqa: E402 load_model)
+from oxygen_ros.engine.registry import load_model  # noqa: E402
+from oxygen_ros.engine.state_checks import WeightMismatchError, check_state  # noqa: E402
+from oxygen_ros.engine.tokenizer import WideByteTokenizer  # noqa: E402
 from oxygen_ros.engine.tokenizer import ByteTokenizer, TextStream, decode  # noqa: E402
 
 

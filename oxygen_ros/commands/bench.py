@@ -5,8 +5,8 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny", help="model profile (tiny, smol, pi05-quarter, pi05)")
-    p.add_argument("--checkpoint", help="checkpoint path for pi05 profiles")
+    p.add_argument("--model", default="tiny", help="model profile (docs/models.md: tiny, smol, pi05-quarter, xr0-cpu, ...)")
+    p.add_argument("--checkpoint", help="checkpoint of a profile that reads one (pi05, xr0, starvla-pi)")
     p.add_argument("--workload", default="libero", help="libero, droid or aloha")
     p.add_argument("--modes", default="sequential,shared,oxygen,parallel",
                    help="comma-separated: sequential, shared, oxygen, parallel")

@@ -1,7 +1,7 @@
 """What every action expert's Real-Time Chunking sampling shares (engine/rtc.py): the
 detached prefix view, dense products for autograd, the guide check and the guided Euler
 loop for heads whose flow time runs 0 -> 1. Each family's sampler sits with its head
-(models/pi05/rtc_sampling.py, models/xr0/rtc_sampling.py, models/starvla/rtc_sampling.py).
+(models/pi05/rtc_sampling.py; XR0Head.sample_guided and PIv3Head.sample_guided in their heads).
 
 Time convention (pi0.5's expert): flow time t from 1 (noise) to 0 (actions), Euler x <- x + dt v with
 dt = -1/steps, v ~ noise - actions, so the clean estimate is x0_hat = x - t v.

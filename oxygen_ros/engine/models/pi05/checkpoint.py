@@ -331,7 +331,7 @@ def empty_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> V
                 [t for t in vars(val).values() if isinstance(t, torch.Tensor)] if isinstance(val, Rope) else []
             if any(t.is_meta for t in tensors):
                 raise RuntimeError(f"empty_model: {mod_name}.{attr} is still on the meta device; "
-                                   "teach weights/pi05.empty_model to rebuild it")
+                                   "teach models/pi05/checkpoint.empty_model to rebuild it")
     return model
 
 
