@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from . import native
+from .admission import Backlog
 from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
 from .frame import ChunkResult, FrameResult, PhaseTimer
@@ -63,6 +64,10 @@ class EngineBase:
     """Shared parts: request intake, prefix construction, token bookkeeping."""
 
     def __init__(self, model: EngineModel, tokenizer: Tokenizer, config: EngineConfig | None = None):
+        if model.cfg.expert is None:
+            raise ValueError(f"{model.cfg.name} has no action head (a language-only model), and an engine "
+                             "samples an action chunk every frame: generate text with "
+                             "engine.generate.greedy_generate (oxygen generate)")
         self.model, self.tok = model, tokenizer
         self.config = config or EngineConfig()
         self.frame_index = 0
@@ -99,7 +104,7 @@ class EngineBase:
     # -- helpers -------------------------------------------------------------------------
     def prefix_embeddings(self, obs: Observation, timer: PhaseTimer):
         """The frame's prefix, as the model builds it from the observation (pi0.5-style:
-        embeddings [1, L, W]; Qwen3-VL: model/qwen3vl_vla.Prefix)."""
+        embeddings [1, L, W]; Qwen3-VL: models/qwen3vl/modeling.Prefix)."""
         with timer("vision"):
             return self.model.observation_prefix(obs, self.tok)
 
@@ -110,7 +115,7 @@ class EngineBase:
         return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
 
     def extra_experts(self) -> tuple:
-        """The model's further action experts (model/qwen3vl_vla.ExtraExpert), after its first."""
+        """The model's further action experts (models/qwen3vl/modeling.ExtraExpert), after its first."""
         return self.model.cfg.extra_experts
 
     def expert_noise(self, expert, given: dict | None) -> torch.Tensor:
@@ -180,10 +185,18 @@ class OxygenEngine(EngineBase):
         self._next_ids = torch.zeros(self.pool.capacity + 1, dtype=torch.long, device=model.device)
         self._unread_first: tuple[int, torch.Tensor] | None = None   # (first slot, tokens)
         self._step_ms = None                 # smoothed cost of one decode step (auto budget)
+        self._last_budget = 1                # the last frame's decode budget k (backlog)
         self._open = None                    # the frame between act() and talk()
 
     def capacity_left(self) -> int:
         return self.pool.free_slots + self.config.max_queue - len(self.pending)
+
+    def backlog(self) -> Backlog:
+        """The language work the engine holds now (engine/admission.py estimates from it);
+        call it between frames, from the thread that runs them."""
+        return Backlog(live=tuple(lv.req.max_new_tokens - len(lv.tokens) for lv in self.live),
+                       queued=tuple(r.max_new_tokens for r in self.pending),
+                       slots=self.config.max_requests, steps_per_frame=self._last_budget)
 
     @torch.inference_mode()
     def act(self, obs: Observation, noise=None, rtc=None, expert_noise: dict | None = None,
@@ -220,7 +233,7 @@ class OxygenEngine(EngineBase):
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)
-        k = self._decode_budget(timer)
+        k = self._last_budget = self._decode_budget(timer)
         with timer("decode"):
             steps = self._decode(k, deltas)
             if self._unread_first is not None:
