@@ -6,9 +6,11 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smol", help="model profile (smol, tiny, pi05-quarter, pi05)")
-    p.add_argument("--checkpoint", help="weights: a pi0.5 checkpoint, or another SmolLM2 GGUF file")
-    p.add_argument("--tokenizer", help="tokenizer file (pi0.5; a GGUF or cached JSON for smol)")
+    p.add_argument("--model", default="smol", help="model profile (smol, tiny, pi05-quarter, pi05, qwen3vl, ...)")
+    p.add_argument("--checkpoint", help="weights: a pi0.5 checkpoint, another SmolLM2 GGUF file, or a "
+                                        "Qwen3-VL checkpoint directory (qwen3vl: language only)")
+    p.add_argument("--tokenizer", help="tokenizer file (pi0.5; a GGUF or cached JSON for smol; "
+                                       "a Qwen3-VL profile reads its checkpoint's by default)")
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--max-new-tokens", type=int, default=64, help="upper bound on generated tokens")
     p.add_argument("--chat", action="store_true",

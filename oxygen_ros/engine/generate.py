@@ -1,8 +1,9 @@
-"""Plain text generation with the backbone alone (no images, no action expert).
+"""Plain text generation with the backbone alone (no images, no action expert), so it serves
+language-only models too (a plain Qwen3-VL checkpoint, profile `qwen3vl`).
 
 Runs the same code paths the engine uses for language: a KV pool from model.new_pool,
-the prompt prefilled with causal attention (model.prefill on token embeddings when the
-profile's prefix is causal, otherwise model.extend from position 0, which is causal
+the prompt prefilled with causal attention (model.prefill on model.text_prefix(ids) when
+the profile's prefix is causal, otherwise model.extend from position 0, which is causal
 among the prompt tokens), the first token from model.greedy_next, then model.decode
 one token at a time. Greedy; stops at EOS (not returned) or after max_new_tokens.
 """
@@ -19,7 +20,8 @@ def prompt_ids(tok: Tokenizer, prompt: str, chat: bool = False, add_bos: bool | 
     generation prompt appended). add_bos=None follows the tokenizer's default
     (SmolLM2's GGUF: no BOS; the byte tokenizers: BOS)."""
     if chat:
-        apply = getattr(tok, "apply_chat_template", None)
+        # SmolLM2's tokenizer names it apply_chat_template, Qwen3-VL's render_chat
+        apply = getattr(tok, "apply_chat_template", None) or getattr(tok, "render_chat", None)
         if apply is None:
             raise ValueError("this model's tokenizer has no chat template")
         text = apply([{"role": "user", "content": prompt}], add_generation_prompt=True)
@@ -39,11 +41,10 @@ def greedy_generate(model: EngineModel, tok: Tokenizer, ids: list[int], max_new_
         return []
     n = len(ids)
     pool = model.new_pool(1, n + max_new_tokens)
-    x = torch.tensor([ids], dtype=torch.long, device=model.device)
     if model.cfg.prefix_attention == "causal":
-        hidden = model.prefill(model.backbone.embed(x), pool, 0)
+        hidden = model.prefill(model.text_prefix(ids), pool, 0)
     else:
-        hidden = model.extend(x, pool, 0, 0)
+        hidden = model.extend(torch.tensor([ids], dtype=torch.long, device=model.device), pool, 0, 0)
     token = int(model.greedy_next(hidden[:, -1])[0])
     out: list[int] = []
     length = n                       # KV entries written; the newest token goes at `length`

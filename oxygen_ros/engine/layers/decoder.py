@@ -49,13 +49,15 @@ class Attention(nn.Module):
 class CacheView:
     """Where one forward pass writes its K/V in one layer of the pool and what it reads.
 
-    slots: a contiguous range of pool slots (one per batch row).
+    slots: a contiguous range of pool slots (a slice: the engine's paths, read as views),
+      or any distinct pool slots as a LongTensor [B] (row i is slot slots[i]; read as a
+      gather, so a copy: for callers that address arbitrary slots, e.g. decode_logits).
     write_at: an int (every row writes positions [write_at, write_at+T)) or a LongTensor
       [B] (decode: row i writes its single token at write_at[i]).
     read_len: every row attends over pool positions [0, read_len) of its slot.
     """
 
-    def __init__(self, k_layer: torch.Tensor, v_layer: torch.Tensor, slots: slice,
+    def __init__(self, k_layer: torch.Tensor, v_layer: torch.Tensor, slots: slice | torch.Tensor,
                  write_at, read_len: int):
         self.k_layer, self.v_layer = k_layer, v_layer
         self.slots, self.write_at, self.read_len = slots, write_at, read_len
@@ -67,7 +69,7 @@ class CacheView:
             kl[s, :, self.write_at:self.write_at + t] = k
             vl[s, :, self.write_at:self.write_at + t] = v
         else:
-            rows = torch.arange(s.start, s.stop, device=kl.device)
+            rows = torch.arange(s.start, s.stop, device=kl.device) if isinstance(s, slice) else s
             kl[rows, :, self.write_at] = k[:, :, 0]
             vl[rows, :, self.write_at] = v[:, :, 0]
         return kl[s, :, : self.read_len], vl[s, :, : self.read_len]
@@ -125,7 +127,7 @@ class Decoder(nn.Module):
         """Final norm + LM head on the given rows only (callers pass just the last token)."""
         return self._head.matmul(self.norm(hidden))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice, write_at,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, pool, slots: slice | torch.Tensor, write_at,
                 read_len: int, mask: torch.Tensor | None, visual_mask: torch.Tensor | None = None,
                 deepstack: list[torch.Tensor] | None = None, hidden_out: torch.Tensor | None = None) -> torch.Tensor:
         """x [B, T, W] -> hidden states [B, T, W] (before the final norm).

@@ -1,6 +1,8 @@
 """What every model the engine runs shares (VLAModel, Qwen3VLVLA): its device and dtype, the
-packed weights, the action schedule, the greedy head. Subclasses have `cfg` (with an
-`expert` config), `backbone` (model/decoder.Decoder) and `expert` (the first action head)."""
+packed weights, the action schedule, the greedy head, and the calls outside code uses beside
+the engine's (`text_prefix`, `decode_logits`). Subclasses have `cfg` (with an `expert`
+config, None for a language-only model), `backbone` (layers/decoder.Decoder), `expert` (the
+first action head, or None) and `decode_hidden` (one decode step's hidden states)."""
 from __future__ import annotations
 
 import torch
@@ -34,6 +36,8 @@ class EngineModel(nn.Module):
     def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
         """Change the first expert's chunk horizon or its number of Euler steps (neither is
         a weight shape)."""
+        if self.expert is None:
+            raise ValueError(f"{self.cfg.name} has no action head (a language-only model): no action schedule")
         kw = {k: v for k, v in (("horizon", horizon), ("denoise_steps", denoise_steps)) if v is not None}
         if any(v < 1 for v in kw.values()):
             raise ValueError(f"horizon and denoise_steps must be >= 1, got {kw}")
@@ -45,3 +49,33 @@ class EngineModel(nn.Module):
 
     def greedy_next(self, hidden_rows: torch.Tensor) -> torch.Tensor:
         return self.backbone.logits(hidden_rows).argmax(dim=-1)
+
+    # -- calls for outside code (scripts, tests, engine/generate.py); the scheduler uses none --
+    def text_prefix(self, ids: list[int]):
+        """What `prefill` takes for a prompt of token ids alone (no camera frames): here its
+        token embeddings [1, L, W]; Qwen3-VL builds its Prefix."""
+        return self.backbone.embed(torch.tensor([list(ids)], dtype=torch.long, device=self.device))
+
+    def decode_logits(self, ids: torch.Tensor, pool, lengths: torch.Tensor, slots=None,
+                      read_len: int | None = None) -> torch.Tensor:
+        """`decode` for any pool slots, returning the logits [B, vocab] instead of the greedy
+        tokens: row i's token ids[i] is written at lengths[i] of slot slots[i] (distinct pool
+        slots, the staging slot included; None: slots 0..B-1, as decode) and attends over
+        that slot's [0, lengths[i]]. Reads the rows by gather (a copy), so it is for outside
+        code (sampling, scoring); the engine decodes its dense live slots with `decode`."""
+        b = ids.shape[0]
+        rows = slice(0, b) if slots is None else self._slot_rows(pool, slots, b)
+        return self.backbone.logits(self.decode_hidden(ids, pool, lengths, read_len, rows)[:, 0])
+
+    def _slot_rows(self, pool, slots, rows: int) -> torch.Tensor:
+        """`slots` (ints) as a LongTensor on the device, checked: one per row, distinct, in the pool."""
+        values = [int(s) for s in slots]
+        n = pool.k.shape[1]
+        if len(values) != rows or len(set(values)) != rows or not all(0 <= s < n for s in values):
+            raise ValueError(f"slots must be {rows} distinct pool slots in 0..{n - 1}, got {values}")
+        return torch.tensor(values, dtype=torch.long, device=self.device)
+
+    def _layer_buffer(self, length: int) -> torch.Tensor:
+        """Room for one prefill's per-layer hidden states [depth + 1, length, width]."""
+        bb = self.cfg.backbone
+        return torch.empty(bb.depth + 1, length, bb.width, dtype=self.dtype, device=self.device)

@@ -65,8 +65,10 @@ class VLAModel(EngineModel):
         parts.append(self.backbone.embed(ids))
         return torch.cat(parts, dim=1)
 
-    def prefill(self, prefix: torch.Tensor, pool: KVPool, slot: int) -> torch.Tensor:
-        """Run the prefix once, writing its K/V into `slot`; returns hidden states [1, L, W]."""
+    def prefill(self, prefix: torch.Tensor, pool: KVPool, slot: int, layer_hidden: bool = False):
+        """Run the prefix once, writing its K/V into `slot`; returns hidden states [1, L, W]
+        (before the final norm). layer_hidden=True: returns (hidden, per-layer hidden states
+        [depth + 1, L, W]: the input embeddings, then each layer's output; Decoder.forward)."""
         length = prefix.shape[1]
         if length > pool.max_len:
             raise ValueError(f"prefix of {length} tokens exceeds the KV slot length {pool.max_len}")
@@ -74,9 +76,10 @@ class VLAModel(EngineModel):
         mask = None
         if self.cfg.prefix_attention == "causal":
             mask = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()[None, None]
-        hidden = self.backbone(prefix, positions, pool, slice(slot, slot + 1), 0, length, mask)
+        layers = self._layer_buffer(length) if layer_hidden else None
+        hidden = self.backbone(prefix, positions, pool, slice(slot, slot + 1), 0, length, mask, hidden_out=layers)
         pool.lengths[slot] = length
-        return hidden
+        return (hidden, layers) if layer_hidden else hidden
 
     def sample_actions(self, pool: KVPool, slot: int, prefix_len: int,
                        noise: torch.Tensor, fused: bool = False, rtc=None, prefix=None) -> torch.Tensor:
@@ -115,7 +118,15 @@ class VLAModel(EngineModel):
         over their own [0, lengths[i]] only. `read_len` (> every lengths[i]) lets the
         caller pass the bound from host-side bookkeeping, so no device sync is needed.
         Returns the next greedy token per row [B], on the device.
+        (`decode_logits`: the logits, for any slots.)
         """
+        hidden = self.decode_hidden(ids, pool, lengths, read_len, slice(0, ids.shape[0]))
+        return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
+
+    def decode_hidden(self, ids: torch.Tensor, pool: KVPool, lengths: torch.Tensor, read_len: int | None,
+                      rows) -> torch.Tensor:
+        """One decode step's hidden states [B, 1, W] in pool slots `rows` (a slice, or
+        distinct slots as a LongTensor [B]); decode's contract otherwise."""
         b = ids.shape[0]
         if read_len is None:
             read_len = int(lengths.max()) + 1
@@ -123,8 +134,7 @@ class VLAModel(EngineModel):
         hidden_pos = torch.arange(read_len, device=self.device)[None, :] > lengths[:, None]
         mask = torch.zeros(b, 1, 1, read_len, dtype=self.dtype, device=self.device)
         mask.masked_fill_(hidden_pos[:, None, None, :], float("-inf"))     # additive, built once
-        hidden = self.backbone(x, lengths[:, None], pool, slice(0, b), lengths, read_len, mask)
-        return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
+        return self.backbone(x, lengths[:, None], pool, rows, lengths, read_len, mask)
 
 
 def build_random_model(cfg: ModelConfig, seed: int | None = None) -> VLAModel:

@@ -47,12 +47,13 @@ from typing import Callable
 import torch
 
 from ...config import parse_dtype
+from ...layers.decoder import Decoder
 from ...state_checks import WeightMismatchError, check_state, short_list
 from .configuration import text_config_from_hf
 from .image_processing import Qwen3VLImageSettings
 from .modeling import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
 from .tokenizer import Qwen3VLTokenizer
-from .vision import Qwen3VLVisionConfig
+from .vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
 
 TEXT_PREFIX = "model.language_model."
 HEAD_NAME = "lm_head.weight"

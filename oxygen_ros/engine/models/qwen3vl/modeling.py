@@ -101,6 +101,8 @@ class Qwen3VLModelConfig:
         return reads_hidden(self.expert) or any(reads_hidden(e.cfg) for e in self.extra_experts)
 
     def with_expert(self, **kw) -> "Qwen3VLModelConfig":
+        if self.expert is None:
+            raise ValueError(f"{self.name} has no action head (a language-only model)")
         return replace(self, expert=replace(self.expert, **kw))
 
 
@@ -177,15 +179,8 @@ class Qwen3VLVLA(EngineModel):
         tokenizer must know the special tokens written in them). The state goes to the
         action head as it is (zero-padded or cut to its state_dim)."""
         sp = self.cfg.special
-        embeds, deepstack, grids, counts = None, [], None, []
-        if frames:
-            try:
-                pixels, grids = qwen3vl_pixels(frames, self.cfg.vision.images)
-            except ValueError as e:
-                raise ObservationError(f"camera image: {e}") from e
-            counts = image_token_count(grids, self.cfg.vision.images.merge_size)
-            embeds, deepstack = self.visual(to_device(pixels, self.device, self.dtype), grids)
-        images = [[sp.vision_start, *[sp.image_pad] * n, sp.vision_end] for n in counts]
+        vision = self._encode_frames(frames)
+        images = [[sp.vision_start, *[sp.image_pad] * n, sp.vision_end] for n in vision[3]]
         if segments is None:
             ids = [sp.im_start, *tok.encode("user\n"), *(t for image in images for t in image), *text_ids]
         else:
@@ -195,6 +190,47 @@ class Qwen3VLVLA(EngineModel):
             pending, ids = iter(images), []
             for piece in segments:
                 ids += next(pending) if piece is None else tok.encode(piece)
+        return self._prefix_of(ids, vision, state, action_mask)
+
+    def prefix_from_ids(self, frames: list, ids, state=None, action_mask=None) -> Prefix:
+        """Prefix of a whole prompt given as token ids (e.g. a chat template's text encoded:
+        `<|vision_start|><|image_pad|><|vision_end|>` per image) and the camera frames it
+        shows, in order: each image_pad id (cfg.special.image_pad; one per frame) becomes
+        that frame's image tokens, as transformers' Qwen3-VL processor expands it (only the
+        pad: the vision_start before it, which every image needs, and the vision_end after
+        it are the prompt's own). `state`: the action head's (None: zeros)."""
+        sp = self.cfg.special
+        ids = [int(t) for t in ids]
+        pads = ids.count(sp.image_pad)
+        if pads != len(frames):
+            raise ObservationError(f"the prompt has {pads} image_pad token(s) for {len(frames)} camera frame(s): "
+                                   "one per frame, before expansion")
+        vision = self._encode_frames(frames)
+        counts, expanded = iter(vision[3]), []
+        for t in ids:
+            expanded += [t] * next(counts) if t == sp.image_pad else [t]
+        return self._prefix_of(expanded, vision, state, action_mask)
+
+    def text_prefix(self, ids: list[int]) -> Prefix:
+        """What `prefill` takes for a prompt of token ids alone (EngineModel.text_prefix)."""
+        return self.prefix_from_ids([], ids)
+
+    def _encode_frames(self, frames: list) -> tuple:
+        """(image embeddings or None, DeepStack features, grids or None, tokens per frame)."""
+        if not frames:
+            return None, [], None, []
+        try:
+            pixels, grids = qwen3vl_pixels(frames, self.cfg.vision.images)
+        except ValueError as e:
+            raise ObservationError(f"camera image: {e}") from e
+        counts = image_token_count(grids, self.cfg.vision.images.merge_size)
+        embeds, deepstack = self.visual(to_device(pixels, self.device, self.dtype), grids)
+        return embeds, deepstack, grids, counts
+
+    def _prefix_of(self, ids: list[int], vision: tuple, state, action_mask) -> Prefix:
+        """The Prefix of prompt ids (images expanded) and their frames' `_encode_frames`."""
+        sp = self.cfg.special
+        embeds, deepstack, grids, _ = vision
         positions, delta = rope_index(ids, grids, sp.image_pad, sp.vision_start,
                                       self.cfg.vision.encoder.spatial_merge_size)
         x = to_device([ids], self.device, torch.long)
@@ -203,8 +239,9 @@ class Qwen3VLVLA(EngineModel):
                   else self.backbone.embed(x))
         state_dim = self.cfg.expert.state_dim if self.cfg.expert is not None else 0
         s = torch.zeros(1, state_dim, dtype=self.dtype, device=self.device)
-        n = min(len(state), state_dim)
-        s[0, :n] = torch.as_tensor(state[:n], dtype=self.dtype)
+        if state is not None:
+            n = min(len(state), state_dim)
+            s[0, :n] = torch.as_tensor(state[:n], dtype=self.dtype)
         mask = None if action_mask is None else torch.as_tensor(np.asarray(action_mask, dtype=bool), device=self.device)
         return Prefix(tokens, positions[:, None].to(self.device), int(delta), visual, list(deepstack), s, mask, ids)
 
@@ -216,17 +253,26 @@ class Qwen3VLVLA(EngineModel):
             else tok.encode("\n" + prompt)
         return [*opening, sp.im_end, *tok.encode("\n"), sp.im_start, *tok.encode("assistant\n")]
 
-    def prefill(self, prefix: Prefix, pool: KVPool, slot: int) -> torch.Tensor:
-        """Run the prefix once into `slot` (causal) and record its rope_delta there."""
+    def prefill(self, prefix: Prefix, pool: KVPool, slot: int, layer_hidden: bool = False):
+        """Run the prefix once into `slot` (causal) and record its rope_delta there; returns
+        the hidden states [1, L, W] (before the final norm). The per-layer hidden states go
+        to pool.hidden where the pool has it (a head reads them). layer_hidden=True: returns
+        (hidden, per-layer hidden states [depth + 1, L, W], a tensor of the caller's own):
+        the input embeddings, then each layer's output with DeepStack's addition
+        (Decoder.forward; how they differ from transformers' output_hidden_states:
+        docs/models.md)."""
         length = prefix.shape[1]
         if length > pool.max_len:
             raise ValueError(f"prefix of {length} tokens exceeds the KV slot length {pool.max_len}")
         mask = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()[None, None]
+        layers = pool.hidden if pool.hidden is not None or not layer_hidden else self._layer_buffer(length)
         hidden = self.backbone(prefix.embeds, prefix.positions, pool, slice(slot, slot + 1), 0, length, mask,
-                               prefix.visual_mask, prefix.deepstack or None, pool.hidden)
+                               prefix.visual_mask, prefix.deepstack or None, layers)
         pool.lengths[slot] = length
         pool.offsets[slot] = prefix.rope_delta
-        return hidden
+        if not layer_hidden:
+            return hidden
+        return hidden, (layers[:, :length].clone() if layers is pool.hidden else layers)
 
     def expert_config(self, expert: int = 0):
         """Expert 0 is cfg.expert, then cfg.extra_experts in order."""
@@ -238,10 +284,10 @@ class Qwen3VLVLA(EngineModel):
         """Expert `expert`'s action chunk [H, action_dim] from the frame's prefix in `slot`
         (the head reads its K/V or the pool's hidden states in place, and the prefix's
         state: its `chunk`). `fused` has no effect (pi0.5's native path)."""
-        if prefix is None:
-            raise ValueError("the action heads read the frame's state: pass the frame's prefix")
         if self.expert is None:
             raise ValueError(f"{self.cfg.name} is a Qwen3-VL backbone without an action head: language only")
+        if prefix is None:
+            raise ValueError("the action heads read the frame's state: pass the frame's prefix")
         e = self.expert_config(expert)
         head = self.expert if expert == 0 else self.extra_experts[expert - 1]
         x = to_device(noise, self.device, self.dtype).reshape(1, e.horizon, e.action_dim)
@@ -266,17 +312,22 @@ class Qwen3VLVLA(EngineModel):
     def decode(self, ids: torch.Tensor, pool: KVPool, lengths: torch.Tensor,
                read_len: int | None = None) -> torch.Tensor:
         """One batched greedy step for live slots 0..B-1 (VLAModel.decode), each row at its
-        cache index + its own rope_delta."""
+        cache index + its own rope_delta. (`decode_logits`: the logits, for any slots.)"""
+        hidden = self.decode_hidden(ids, pool, lengths, read_len, slice(0, ids.shape[0]))
+        return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
+
+    def decode_hidden(self, ids: torch.Tensor, pool: KVPool, lengths: torch.Tensor, read_len: int | None,
+                      rows) -> torch.Tensor:
+        """One decode step's hidden states [B, 1, W] in pool slots `rows` (a slice, or
+        distinct slots as a LongTensor [B]), each row at its slot's rope_delta."""
         b = ids.shape[0]
         if read_len is None:
             read_len = int(lengths.max()) + 1
         hidden_pos = torch.arange(read_len, device=self.device)[None, :] > lengths[:, None]
         mask = torch.zeros(b, 1, 1, read_len, dtype=self.dtype, device=self.device)
         mask.masked_fill_(hidden_pos[:, None, None, :], float("-inf"))
-        positions = text_positions(lengths, 1, pool.offsets[:b])
-        hidden = self.backbone(self.backbone.embed(ids[:, None]), positions, pool, slice(0, b), lengths,
-                               read_len, mask)
-        return self.backbone.logits(hidden[:, 0]).argmax(dim=-1)
+        positions = text_positions(lengths, 1, pool.offsets[rows])
+        return self.backbone(self.backbone.embed(ids[:, None]), positions, pool, rows, lengths, read_len, mask)
 
 
 def reads_hidden(expert_cfg) -> bool:
