@@ -1,7 +1,15 @@
-"""The node's /diagnostics: control loop, inputs and language, one DiagnosticStatus each."""
+"""The node's /diagnostics: control loop, inputs, language and robot time, one DiagnosticStatus each.
+
+`publish` gathers the runtime's figures on the diagnostics timer; `build` makes the message.
+"""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+if TYPE_CHECKING:
+    from .oxygen_node import OxygenNode
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 
@@ -80,3 +88,35 @@ def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, cou
     arr.header.stamp = stamp
     arr.status = statuses
     return arr
+
+
+def publish(node: OxygenNode) -> None:
+    """The diagnostics timer's callback: the node's runtime figures on /diagnostics."""
+    rt = node.runtime
+    if rt is None:                  # cleaned up while the timer fired
+        return
+    engine = rt.engine
+    language = {
+        "live_requests": rt.stats.last.get("live_requests", 0),
+        "queued_requests": rt.stats.last.get("queued_requests", 0),
+        "kv_bytes_in_use": rt.stats.last.get("kv_bytes_in_use", 0),
+        "kv_bytes_total": engine.pool.bytes_total,
+        "questions_in_flight": rt.board.in_flight(),
+        "questions_answered": rt.board.answered,
+        "questions_failed": rt.board.failed,
+        "memory_entries": len(rt.memory),
+        "narrations_skipped": rt.skipped_requests["narration"],
+        "memory_requests_skipped": rt.skipped_requests["memory"],
+        "clock_jumps": rt.monitor.clock_jumps,
+    }
+    robot_time = rt.robot_time.diagnostics()
+    if rt.robot_time.rtc.enabled:
+        for e in rt.experts:        # each further expert's own RTC planner
+            robot_time["values"].update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay,
+                                         f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
+                                         f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
+    arr = build(
+        node.get_fully_qualified_name(), node.get_clock().now().to_msg(), node.lifecycle_state,
+        rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
+        rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s, robot_time)
+    rt.diag_pub.publish(arr)

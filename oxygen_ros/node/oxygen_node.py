@@ -16,16 +16,22 @@ configured again (fix parameters with SetParameters in between).
 The control loop runs in its own thread at control_rate_hz: the executor's threads stay
 free for sensor callbacks, the ask_progress service and diagnostics while a frame
 computes, and a frame that overruns skips the ticks it overlapped (no catch-up burst).
+
+This module keeps the lifecycle and what configure builds (Runtime); the rest, by concern:
+  frame_loop.py        the inference thread: one frame per tick, requests submitted
+  frame_publisher.py   a frame's action chunks, FrameTiming and text
+  sensor_inputs.py     the camera and joint-state callbacks
+  question_service.py  the ask_progress handler (questions.py: its board)
+  diagnostics.py       /diagnostics on its timer
 """
 from __future__ import annotations
 
 import gc
-import re
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
+from functools import partial
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
@@ -42,28 +48,26 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..engine.observation import ObservationError
 from ..engine.policy_io import PolicyIOError
-from ..engine.requests import LanguageRequest, RequestRejected
-from . import diagnostics, qos
+from . import diagnostics, qos, question_service
 from . import params as node_params
 from .cameras import Camera, per_camera, transport_of
-from .chunk_plan import plan_chunk
-from .convert import (InputError, decoder, frame_timing_msg, joint_positions, merge_deltas,
-                      rgb_to_image, text_chunk_msg, trajectory_msg)
-from .expert_outputs import expert_outputs, expert_positions
+from .convert import decoder
+from .expert_outputs import expert_outputs
+from .frame_loop import FrameLoop
 from .input_monitor import InputMonitor
 from .joint_space import JointSpace
+from .logs import ChildLoggers
 from .loop_stats import LoopStats
-from .memory_log import MemoryLog, PromptTooLong
-from .questions import QuestionBoard, QuestionRejected
+from .memory_log import MemoryLog
+from .questions import QuestionBoard
 from .robot_time import RobotTime, check_rtc_mode, warm_up_rtc
-from .tick_clock import TickClock
+from .sensor_inputs import SensorInputs
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
-LOG_THROTTLE_S = 2.0
 
 
 @dataclass
-class _Runtime:
+class Runtime:
     """Everything on_configure creates and on_cleanup frees."""
     p: dict
     joints: JointSpace                 # the state's joints (read from joint states)
@@ -102,13 +106,14 @@ class OxygenNode(LifecycleNode):
         self._sensor_group = ReentrantCallbackGroup()
         self._service_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._loggers = {}
+        self.log_for = ChildLoggers(self.get_logger())
+        self.inputs = SensorInputs(self)
         self._state = "unconfigured"
-        self._rt: _Runtime | None = None
+        self._rt: Runtime | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.create_service(AskProgress, "~/ask_progress", self._on_ask, qos_profile=qos.SERVICES,
-                            callback_group=self._service_group)
+        self.create_service(AskProgress, "~/ask_progress", partial(question_service.ask_progress, self),
+                            qos_profile=qos.SERVICES, callback_group=self._service_group)
         # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
         self.context.on_shutdown(self._stop.set)
 
@@ -117,11 +122,15 @@ class OxygenNode(LifecycleNode):
         # sensor callbacks, transitions, diagnostics, plus one per waiting question
         return 4 + self.get_parameter("max_concurrent_questions").value
 
-    def _log(self, key: str):
-        """A child logger per input/topic, so throttling one problem never hides another."""
-        if key not in self._loggers:
-            self._loggers[key] = self.get_logger().get_child(re.sub(r"\W+", "_", key).strip("_") or "x")
-        return self._loggers[key]
+    @property
+    def runtime(self) -> Runtime | None:
+        """What configure built; None while unconfigured (callbacks may still run then)."""
+        return self._rt
+
+    @property
+    def lifecycle_state(self) -> str:
+        """unconfigured, inactive, active or finalized, as questions and diagnostics report it."""
+        return self._state
 
     # -- parameters ----------------------------------------------------------------------
     def _check_parameters(self, params) -> SetParametersResult:
@@ -158,7 +167,7 @@ class OxygenNode(LifecycleNode):
             f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})")
         return super().on_configure(state)
 
-    def _configure(self) -> _Runtime:
+    def _configure(self) -> Runtime:
         from .params import build_engine, build_policy_io
 
         p = node_params.read(self)
@@ -190,13 +199,13 @@ class OxygenNode(LifecycleNode):
                 self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
             except (ObservationError, PolicyIOError, ValueError) as e:   # an optimisation only:
                 self.get_logger().warning(f"RTC warm-up skipped ({e}): the first guided chunks may be late")
-        rt = _Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
-                      model=model, tok=tok, engine=engine,
-                      period_s=period_s, cameras=cameras, joint_input=joint_input,
-                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
-                                           p["input_problem_hold_s"]),
-                      stats=LoopStats(), robot_time=robot_time, memory=MemoryLog(p["memory_log_size"]),
-                      board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
+        rt = Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
+                     model=model, tok=tok, engine=engine,
+                     period_s=period_s, cameras=cameras, joint_input=joint_input,
+                     monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
+                                          p["input_problem_hold_s"]),
+                     stats=LoopStats(), robot_time=robot_time, memory=MemoryLog(p["memory_log_size"]),
+                     board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
         self._rt = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
         rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config)
@@ -214,15 +223,15 @@ class OxygenNode(LifecycleNode):
                 Image, f"~/camera_view/{c.slot}", qos.SENSOR) for c in cameras.values()})
         for name, cam in cameras.items():
             rt.subs.append(self.create_subscription(
-                cam.message_type, name, lambda msg, n=name: self._on_image(n, msg), qos.SENSOR,
+                cam.message_type, name, lambda msg, n=name: self.inputs.on_image(n, msg), qos.SENSOR,
                 callback_group=self._sensor_group))
         rt.subs.append(self.create_subscription(
-            JointState, joint_input, self._on_joint_state, qos.SENSOR,
+            JointState, joint_input, self.inputs.on_joint_state, qos.SENSOR,
             callback_group=self._sensor_group))
         # /diagnostics reports the lifecycle state too, so it is a plain publisher.
         rt.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.CONTROL)
         # on the steady clock: diagnostics keep coming when sim time stalls or jumps
-        rt.timer = self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics,
+        rt.timer = self.create_timer(p["diagnostics_period_s"], partial(diagnostics.publish, self),
                                      callback_group=self._diag_group,
                                      clock=Clock(clock_type=ClockType.STEADY_TIME))
         return rt
@@ -247,8 +256,8 @@ class OxygenNode(LifecycleNode):
         for expert in self._rt.experts:
             expert.rtc.reset()
         self._state = "active"
-        self._thread = threading.Thread(target=self._loop, args=(self._rt,), name="oxygen_control",
-                                        daemon=True)
+        self._thread = threading.Thread(target=FrameLoop(self, self._rt, self._stop).run,
+                                        name="oxygen_control", daemon=True)
         self._thread.start()
         self.get_logger().info(f"active: control loop, replanning {self._rt.robot_time.replanning_text}")
         return ret
@@ -317,316 +326,6 @@ class OxygenNode(LifecycleNode):
             import torch
 
             torch.cuda.empty_cache()
-
-    # -- inputs --------------------------------------------------------------------------
-    def _arrival(self, stamp) -> tuple[int, float]:
-        """(header stamp ns, transport latency s) measured now on the node's clock."""
-        stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
-        if stamp_ns == 0:
-            return 0, 0.0
-        return stamp_ns, (self.get_clock().now().nanoseconds - stamp_ns) / 1e9
-
-    def _on_image(self, name: str, msg) -> None:
-        """Keep the latest message of a camera (checked, not converted): a camera sends
-        more images than frames use, so pixels are converted or decoded once per frame
-        (_frame_images)."""
-        rt = self._rt
-        if rt is None:
-            return
-        try:
-            rt.cameras[name].check(msg)
-        except InputError as e:
-            self._reject_image(rt, name, e)
-            return
-        rt.monitor.accept(name, msg, *self._arrival(msg.header.stamp))
-
-    def _reject_image(self, rt: _Runtime, name: str, e: InputError, accepted=None) -> None:
-        """Count and log a rejection; `accepted`: the message was accepted before and is
-        found bad now (it no longer counts as the camera's latest)."""
-        if accepted is None:
-            rt.monitor.reject(name, str(e))
-        else:
-            rt.monitor.discard(name, accepted, str(e))
-        self._log(name).warning(f"{name}: image rejected: {e}", throttle_duration_sec=LOG_THROTTLE_S)
-
-    def _frame_images(self, rt: _Runtime, snap) -> dict | None:
-        """The frame's camera messages as RGB arrays by model slot (decoded, transformed);
-        None if one fails: that message is discarded, so the next frame uses the one before
-        it (while fresh) or the next to arrive."""
-        images = {}
-        for name, cam in rt.cameras.items():
-            msg = snap.values[name]
-            try:
-                images[cam.slot] = cam.rgb(msg)
-            except InputError as e:
-                self._reject_image(rt, name, e, accepted=msg)
-                rt.stats.no_chunk(f"{name}: image rejected: {e}")
-                return None
-        for slot, rgb in images.items():
-            pub = rt.pubs.get(f"view:{slot}")
-            if pub is not None:
-                pub.publish(rgb_to_image(rgb))
-        return images
-
-    def _on_joint_state(self, msg: JointState) -> None:
-        rt = self._rt
-        if rt is None:
-            return
-        name = rt.joint_input
-        try:
-            state = joint_positions(msg, list(rt.joints.names))
-        except InputError as e:
-            rt.monitor.reject(name, str(e))
-            self._log(name).warning(f"{name}: joint state rejected: {e}",
-                                    throttle_duration_sec=LOG_THROTTLE_S)
-            return
-        rt.monitor.accept(name, state, *self._arrival(msg.header.stamp))
-
-    # -- the control loop ------------------------------------------------------------------
-    def _loop(self, rt: _Runtime) -> None:
-        # replanning "asap": no ticks, the next frame starts when the last one ends
-        clock = TickClock(rt.period_s) if rt.robot_time.replanning == "rate" else None
-        while clock.wait(self._stop) if clock else not self._stop.is_set():
-            start, ran = time.monotonic(), False
-            try:
-                ran = self._tick(rt)
-                if ran:
-                    self._check_rate(rt, time.monotonic() - start)
-            except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
-                if self._stop.is_set() or not self.context.ok():   # shutting down (Ctrl-C)
-                    break
-                rt.stats.no_chunk(f"frame failed: {type(e).__name__}: {e}", error=True)
-                self._log("control_loop").error(
-                    f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
-                    throttle_duration_sec=LOG_THROTTLE_S)
-            if clock is None:
-                if not ran:
-                    self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
-                continue
-            skipped = clock.advance()
-            if skipped:
-                rt.stats.skipped(skipped)
-                self._log("deadline").warning(
-                    f"frame overran the {rt.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
-                    f"({rt.stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
-
-    def _check_rate(self, rt: _Runtime, frame_s: float) -> None:
-        warning = rt.robot_time.frame_done(frame_s)
-        if warning:
-            self._log("rate").warning(warning)
-
-    def _tick(self, rt: _Runtime) -> bool:
-        """One frame; True when it ran (a chunk was computed), False when inputs stopped it."""
-        now = self.get_clock().now()
-        tick_mono = time.monotonic()
-        back = rt.monitor.note_ros_time(now.nanoseconds)
-        if back:
-            self._log("clock").warning(
-                f"ROS time jumped back by {back:.3f} s; observation ages use the monotonic clock",
-                throttle_duration_sec=LOG_THROTTLE_S)
-        live = node_params.read(self, node_params.LIVE)
-        rt.monitor.max_age_s = live["max_observation_age_s"]
-        snap = rt.monitor.snapshot()
-        if not snap.usable:
-            reason = "; ".join(snap.problems) or "inputs not usable"
-            rt.stats.no_chunk(reason)
-            self._log("inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
-            return False
-        images = self._frame_images(rt, snap)
-        if images is None:
-            return False
-        state = snap.values[rt.joint_input]
-        try:
-            obs = rt.policy.observation(images, state, live["instruction"], snap.stamp_ns / 1e9)
-        except PolicyIOError as e:
-            rt.stats.no_chunk(f"observation rejected by the policy I/O: {e}", error=True)
-            self._log("observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
-                                           throttle_duration_sec=LOG_THROTTLE_S)
-            return False
-        self._submit_requests(rt, live)
-        obs_stamp_ns = snap.stamp_ns or now.nanoseconds       # unstamped inputs: the tick's time
-        guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
-        if note:
-            self._log("rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)
-        # each further expert continues its own previous chunk (notes: the first expert's say it)
-        expert_guides = {e.name: e.rtc.guide(obs_stamp_ns / 1e9, state)[0] for e in rt.experts}
-        try:
-            chunk = rt.engine.act(obs, rtc=guide, expert_rtc=expert_guides)
-        except (ObservationError, ValueError) as e:
-            rt.stats.no_chunk(f"observation rejected by the model: {e}", error=True)
-            self._log("observation").error(f"no action chunk: observation rejected by the model: {e}",
-                                           throttle_duration_sec=LOG_THROTTLE_S)
-            return False
-        acted = time.perf_counter()
-        try:
-            sent = self._publish_chunk(rt, chunk, state, now, tick_mono, obs_stamp_ns, live)
-            # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
-            sent["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
-        finally:
-            result = rt.engine.talk()      # language only after the chunk is out (and always:
-        self._publish_frame(rt, result, obs_stamp_ns, sent)   # it closes the engine's frame)
-        return True
-
-    def _submit_requests(self, rt: _Runtime, live: dict) -> None:
-        engine = rt.engine
-        cap = engine.config.max_new_tokens
-        for q in rt.board.take():          # questions first: they have a caller waiting
-            try:
-                rt.board.submitted(q, engine.submit(LanguageRequest(q.prompt, "answer", q.max_new_tokens)))
-            except RequestRejected as e:
-                rt.board.fail(q, f"the engine rejected the question: {e}")
-        for stream in ("narration", "memory"):
-            every = live[f"{stream}_every_n_frames"]
-            if not every or engine.frame_index % every:
-                continue
-            if rt.stream_live[stream] is not None:   # the previous one is still decoding
-                rt.skipped_requests[stream] += 1
-                continue
-            req = LanguageRequest(live[f"{stream}_prompt"], stream, min(live[f"{stream}_max_tokens"], cap))
-            try:
-                rt.stream_live[stream] = engine.submit(req)
-            except RequestRejected as e:
-                rt.skipped_requests[stream] += 1
-                self._log(stream).warning(f"{stream} request skipped: {e}", throttle_duration_sec=LOG_THROTTLE_S)
-
-    def _publish_chunk(self, rt: _Runtime, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int,
-                       live: dict) -> dict:
-        """Publish the action chunk now, stamped at its observation's time; returns the
-        figures FrameTiming carries."""
-        actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
-        positions, clipped = rt.action_joints.clip(actions)
-        if clipped:
-            rt.clipped_points += clipped
-            self._log("envelope").warning(
-                f"{clipped} of {len(positions)} chunk points clipped into the joint limits "
-                f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
-        rtime = rt.robot_time
-        publish_now = self.get_clock().now()
-        obs_s, restamped = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
-                                                  publish_now.nanoseconds / 1e9, time.monotonic() - tick_mono)
-        if restamped:       # the ROS clock jumped, or the stamp is not on the node's clock
-            self._log("clock").warning(restamped, throttle_duration_sec=LOG_THROTTLE_S)
-        planned = plan_chunk(positions, obs_s, rtime.action_dt, publish_now.nanoseconds / 1e9,
-                             live["trajectory_velocities"])
-        expired = rtime.chunk_sent(planned, positions, publish_now.nanoseconds / 1e9 - obs_s)
-        if expired:
-            self._log("latency").error(expired, throttle_duration_sec=LOG_THROTTLE_S)
-        else:
-            rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
-                                                         None if restamped else obs_stamp_ns))
-        for expert in rt.experts:       # the further experts' chunks, from the same observation
-            positions, clipped = expert_positions(expert, chunk.expert_actions[expert.name])
-            rt.clipped_points += clipped
-            now_s = self.get_clock().now().nanoseconds / 1e9
-            own = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
-            if not own.empty:
-                rt.pubs[f"trajectory:{expert.name}"].publish(
-                    trajectory_msg(expert.joints.names, own, None if restamped else obs_stamp_ns))
-                expert.rtc.published(own.stamp_s, positions, max(0.0, now_s - obs_s))
-        return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
-                "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
-
-    def _publish_frame(self, rt: _Runtime, result, obs_stamp_ns: int, sent: dict) -> None:
-        ms = result.timings_ms
-        missed = ms["total"] > rt.period_s * 1e3
-        timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s, **sent)
-        timing.header.stamp = self.get_clock().now().to_msg()
-        rt.pubs["timing"].publish(timing)
-
-        for d in merge_deltas(result.deltas):
-            pub = rt.pubs.get(d.stream)
-            if pub is not None:
-                pub.publish(text_chunk_msg(d, timing.header.stamp))
-            if d.done:
-                self._finished(rt, d)
-
-        budget = rt.engine.config.steps_per_frame
-        rt.stats.frame(ms["total"], missed, result.tokens_emitted, decode_steps=result.decode_steps,
-                       decode_budget=budget if budget else f"auto ({result.decode_steps})",
-                       live_requests=result.live_requests, queued_requests=result.queued_requests,
-                       kv_bytes_in_use=result.kv_bytes_in_use)
-
-    def _finished(self, rt: _Runtime, d) -> None:
-        if d.error:
-            self._log(d.stream).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
-                                        throttle_duration_sec=LOG_THROTTLE_S)
-        if rt.stream_live.get(d.stream) == d.request_id:
-            rt.stream_live[d.stream] = None
-        if d.stream == "memory" and not d.error:
-            rt.memory.add(d.full_text)
-        elif d.stream == "answer":
-            rt.board.finish(d.request_id, d.full_text, d.error)
-
-    # -- the progress service --------------------------------------------------------------
-    def _on_ask(self, request, response):
-        t0 = time.monotonic()
-
-        def reply(answer: str = "", error: str = ""):
-            response.success, response.answer, response.error = not error, answer, error
-            response.latency_s = time.monotonic() - t0
-            if error:
-                self._log("ask_progress").warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
-            return response
-
-        question = " ".join(request.question.split())
-        if not question:
-            return reply(error="empty question")
-        rt = self._rt
-        if rt is None or self._state != "active":
-            return reply(error=f"the node is {self._state}, not active: activate it to ask questions")
-        limit = rt.model.cfg.max_prompt_tokens
-        if len(question) > 16 * limit:
-            return reply(error=f"question too long: {len(question)} characters")
-        p = node_params.read(self, ["answer_prompt", "answer_max_tokens", "question_timeout_s"])
-        try:
-            prompt = rt.memory.answer_prompt(p["answer_prompt"], question,
-                                             lambda s: len(rt.tok.encode(s)), limit)
-            q = rt.board.open(prompt, min(p["answer_max_tokens"], rt.engine.config.max_new_tokens))
-        except (PromptTooLong, QuestionRejected) as e:
-            return reply(error=str(e))
-        if self._state != "active":          # deactivated meanwhile: nobody would answer
-            rt.board.fail(q, f"the node is {self._state}, not active: activate it to ask questions")
-        timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
-        if not q.event.wait(timeout):
-            reason, at = rt.stats.problem
-            why = f"; frames are not running: {reason}" if reason and time.monotonic() - at < 2.0 else ""
-            where = ("it was not started" if rt.board.withdraw(q)
-                     else f"request {q.request_id} keeps streaming on the answer topic")
-            return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}){why}")
-        if q.error:
-            return reply(error=q.error)
-        return reply(answer=q.answer)
-
-    # -- diagnostics ---------------------------------------------------------------------
-    def _publish_diagnostics(self) -> None:
-        rt = self._rt
-        if rt is None:
-            return
-        engine = rt.engine
-        language = {
-            "live_requests": rt.stats.last.get("live_requests", 0),
-            "queued_requests": rt.stats.last.get("queued_requests", 0),
-            "kv_bytes_in_use": rt.stats.last.get("kv_bytes_in_use", 0),
-            "kv_bytes_total": engine.pool.bytes_total,
-            "questions_in_flight": rt.board.in_flight(),
-            "questions_answered": rt.board.answered,
-            "questions_failed": rt.board.failed,
-            "memory_entries": len(rt.memory),
-            "narrations_skipped": rt.skipped_requests["narration"],
-            "memory_requests_skipped": rt.skipped_requests["memory"],
-            "clock_jumps": rt.monitor.clock_jumps,
-        }
-        robot_time = rt.robot_time.diagnostics()
-        if rt.robot_time.rtc.enabled:
-            for e in rt.experts:        # each further expert's own RTC planner
-                robot_time["values"].update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay,
-                                             f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
-                                             f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
-        arr = diagnostics.build(
-            self.get_fully_qualified_name(), self.get_clock().now().to_msg(), self._state,
-            rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
-            rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s, robot_time)
-        rt.diag_pub.publish(arr)
 
 
 # The executor's Python work (wait sets, callbacks) and the inference thread share the

@@ -1,0 +1,93 @@
+"""What one frame publishes: its action chunks as soon as they are ready, then timing and text.
+
+The chunk leaves before any language work, stamped at its observation's time; finished
+text requests then close their bookkeeping (the stream's slot, the memory log, answers).
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from .chunk_plan import plan_chunk
+from .convert import frame_timing_msg, merge_deltas, text_chunk_msg, trajectory_msg
+from .expert_outputs import expert_positions
+from .logs import LOG_THROTTLE_S
+
+if TYPE_CHECKING:
+    from .oxygen_node import OxygenNode, Runtime
+
+
+class FramePublisher:
+    def __init__(self, node: OxygenNode, rt: Runtime):
+        self._node, self._rt = node, rt
+
+    def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> dict:
+        """Publish the action chunk now, stamped at its observation's time; returns the
+        figures FrameTiming carries."""
+        rt, log = self._rt, self._node.log_for
+        actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
+        positions, clipped = rt.action_joints.clip(actions)
+        if clipped:
+            rt.clipped_points += clipped
+            log("envelope").warning(
+                f"{clipped} of {len(positions)} chunk points clipped into the joint limits "
+                f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+        rtime = rt.robot_time
+        publish_now = self._node.get_clock().now()
+        obs_s, restamped = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
+                                                  publish_now.nanoseconds / 1e9, time.monotonic() - tick_mono)
+        if restamped:       # the ROS clock jumped, or the stamp is not on the node's clock
+            log("clock").warning(restamped, throttle_duration_sec=LOG_THROTTLE_S)
+        planned = plan_chunk(positions, obs_s, rtime.action_dt, publish_now.nanoseconds / 1e9,
+                             live["trajectory_velocities"])
+        expired = rtime.chunk_sent(planned, positions, publish_now.nanoseconds / 1e9 - obs_s)
+        if expired:
+            log("latency").error(expired, throttle_duration_sec=LOG_THROTTLE_S)
+        else:
+            rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
+                                                         None if restamped else obs_stamp_ns))
+        for expert in rt.experts:       # the further experts' chunks, from the same observation
+            positions, clipped = expert_positions(expert, chunk.expert_actions[expert.name])
+            rt.clipped_points += clipped
+            now_s = self._node.get_clock().now().nanoseconds / 1e9
+            own = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
+            if not own.empty:
+                rt.pubs[f"trajectory:{expert.name}"].publish(
+                    trajectory_msg(expert.joints.names, own, None if restamped else obs_stamp_ns))
+                expert.rtc.published(own.stamp_s, positions, max(0.0, now_s - obs_s))
+        return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
+                "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
+
+    def frame(self, result, obs_stamp_ns: int, sent: dict) -> None:
+        """FrameTiming, the frame's text deltas, and the loop's statistics."""
+        rt = self._rt
+        ms = result.timings_ms
+        missed = ms["total"] > rt.period_s * 1e3
+        timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s, **sent)
+        timing.header.stamp = self._node.get_clock().now().to_msg()
+        rt.pubs["timing"].publish(timing)
+
+        for d in merge_deltas(result.deltas):
+            pub = rt.pubs.get(d.stream)
+            if pub is not None:
+                pub.publish(text_chunk_msg(d, timing.header.stamp))
+            if d.done:
+                self._finished(d)
+
+        budget = rt.engine.config.steps_per_frame
+        rt.stats.frame(ms["total"], missed, result.tokens_emitted, decode_steps=result.decode_steps,
+                       decode_budget=budget if budget else f"auto ({result.decode_steps})",
+                       live_requests=result.live_requests, queued_requests=result.queued_requests,
+                       kv_bytes_in_use=result.kv_bytes_in_use)
+
+    def _finished(self, d) -> None:
+        rt = self._rt
+        if d.error:
+            self._node.log_for(d.stream).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
+                                                 throttle_duration_sec=LOG_THROTTLE_S)
+        if rt.stream_live.get(d.stream) == d.request_id:
+            rt.stream_live[d.stream] = None     # the stream may start its next request
+        if d.stream == "memory" and not d.error:
+            rt.memory.add(d.full_text)
+        elif d.stream == "answer":
+            rt.board.finish(d.request_id, d.full_text, d.error)   # wakes the waiting caller

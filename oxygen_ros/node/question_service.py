@@ -1,0 +1,58 @@
+"""The ask_progress service handler: a question becomes an answer request, and its caller waits.
+
+Each waiting caller holds an executor thread (a reentrant group), never the control loop:
+the question reaches the engine through the QuestionBoard (questions.py), drained each frame.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from . import params as node_params
+from .memory_log import PromptTooLong
+from .questions import QuestionRejected
+
+if TYPE_CHECKING:
+    from .oxygen_node import OxygenNode
+
+
+def ask_progress(node: OxygenNode, request, response):
+    """Answer `request.question` from the memory log, or fail with the reason."""
+    t0 = time.monotonic()
+
+    def reply(answer: str = "", error: str = ""):
+        response.success, response.answer, response.error = not error, answer, error
+        response.latency_s = time.monotonic() - t0
+        if error:
+            node.log_for("ask_progress").warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
+        return response
+
+    question = " ".join(request.question.split())
+    if not question:
+        return reply(error="empty question")
+    rt = node.runtime
+    if rt is None or node.lifecycle_state != "active":
+        return reply(error=f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
+    limit = rt.model.cfg.max_prompt_tokens
+    if len(question) > 16 * limit:
+        return reply(error=f"question too long: {len(question)} characters")
+    p = node_params.read(node, ["answer_prompt", "answer_max_tokens", "question_timeout_s"])
+    try:
+        prompt = rt.memory.answer_prompt(p["answer_prompt"], question,
+                                         lambda s: len(rt.tok.encode(s)), limit)
+        q = rt.board.open(prompt, min(p["answer_max_tokens"], rt.engine.config.max_new_tokens))
+    except (PromptTooLong, QuestionRejected) as e:
+        return reply(error=str(e))
+    if node.lifecycle_state != "active":          # deactivated meanwhile: nobody would answer
+        rt.board.fail(q, f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
+    timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
+    if not q.event.wait(timeout):
+        reason, at = rt.stats.problem
+        why = f"; frames are not running: {reason}" if reason and time.monotonic() - at < 2.0 else ""
+        # still on the board: never handed to the engine; else the engine keeps decoding it
+        where = ("it was not started" if rt.board.withdraw(q)
+                 else f"request {q.request_id} keeps streaming on the answer topic")
+        return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}){why}")
+    if q.error:
+        return reply(error=q.error)
+    return reply(answer=q.answer)
