@@ -42,3 +42,12 @@ def test_the_estimate_equals_the_engines_frames(slots, k):
         if any(d.request_id == ours and d.done for d in deltas):
             break
     assert frame == predicted
+
+
+def test_requests_the_running_frame_did_not_take_wait_for_the_next():
+    idle = Backlog(live=(), queued=(), slots=2, steps_per_frame=4)
+    assert frames_to_finish(idle, 5, admit_from=2) == 2
+    # the queue the running frame took is admitted in frame 1 all the same
+    b = Backlog(live=(), queued=(5,), slots=1, steps_per_frame=4)
+    assert frames_to_finish(b, 5, admit_from=2) == 2
+    assert frames_to_finish(b, 5, ahead=(5,), admit_from=2) == 3

@@ -92,6 +92,7 @@ class FrameLoop:
                                      throttle_duration_sec=LOG_THROTTLE_S)
             return False
         self._submit_requests(live)
+        rt.answers.frame_started(rt.engine.backlog())     # what a question asked now would wait behind
         obs_stamp_ns = snap.stamp_ns or now.nanoseconds       # unstamped inputs: the tick's time
         guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
         if note:

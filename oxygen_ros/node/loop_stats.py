@@ -19,15 +19,22 @@ class LoopStats:
         self.frame_errors = 0
         self.last = {}                          # latest frame's engine figures
         self.problem = ("", -1e9)               # latest reason a tick produced no chunk
+        self._last_at = None
 
     def frame(self, total_ms: float, missed: bool, tokens: int, **latest) -> None:
         with self._lock:
             now = self._clock()
             self._frames.append((now, total_ms, tokens))
+            self._last_at = now
             self.frames += 1
             self.deadline_misses += int(missed)
             self.last = latest
             self._trim(now)
+
+    def last_frame_at(self) -> float | None:
+        """When the latest frame ended (this clock), None before the first."""
+        with self._lock:
+            return self._last_at
 
     def skipped(self, ticks: int) -> None:
         with self._lock:

@@ -57,6 +57,7 @@ from .frame_loop import FrameLoop
 from .input_monitor import InputMonitor
 from .joint_space import JointSpace
 from .logs import ChildLoggers
+from .answer_estimate import AnswerEstimator
 from .loop_stats import LoopStats
 from .memory_log import MemoryLog
 from .questions import QuestionBoard
@@ -84,6 +85,7 @@ class Runtime:
     robot_time: RobotTime              # action rate, chunk stamping, RTC, rate check
     memory: MemoryLog
     board: QuestionBoard
+    answers: AnswerEstimator           # when a new question's answer would be complete
     pubs: dict = field(default_factory=dict)
     subs: list = field(default_factory=list)
     timer: object = None
@@ -205,7 +207,8 @@ class OxygenNode(LifecycleNode):
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                           p["input_problem_hold_s"]),
                      stats=LoopStats(), robot_time=robot_time, memory=MemoryLog(p["memory_log_size"]),
-                     board=QuestionBoard(self.get_parameter("max_concurrent_questions").value))
+                     board=QuestionBoard(self.get_parameter("max_concurrent_questions").value),
+                     answers=AnswerEstimator(period_s))
         self._rt = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
         rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config)

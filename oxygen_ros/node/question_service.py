@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from .oxygen_node import OxygenNode
 
 
+def _stalled(rt) -> str:
+    """Why frames are not running now ("" while they run): the latest reason a tick made no
+    chunk, if it is more recent than the last frame."""
+    reason, at = rt.stats.problem
+    last = rt.stats.last_frame_at()
+    return reason if reason and (last is None or at > last) else ""
+
+
 def ask_progress(node: OxygenNode, request, response):
     """Answer `request.question` from the memory log, or fail with the reason."""
     t0 = time.monotonic()
@@ -37,22 +45,28 @@ def ask_progress(node: OxygenNode, request, response):
     if len(question) > 16 * limit:
         return reply(error=f"question too long: {len(question)} characters")
     p = node_params.read(node, ["answer_prompt", "answer_max_tokens", "question_timeout_s"])
+    timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
+    tokens = min(p["answer_max_tokens"], rt.engine.config.max_new_tokens)
+    # queued only while the answer can be complete before the caller's deadline
+    estimate = rt.answers.estimate(tokens, rt.board.waiting_tokens(), _stalled(rt))
+    if estimate.seconds > timeout:
+        rt.answers.note_refused()
+        return reply(error=f"cannot answer within {timeout:g} s: {estimate.describe()}")
     try:
         prompt = rt.memory.answer_prompt(p["answer_prompt"], question,
                                          lambda s: len(rt.tok.encode(s)), limit)
-        q = rt.board.open(prompt, min(p["answer_max_tokens"], rt.engine.config.max_new_tokens))
+        q = rt.board.open(prompt, tokens)
     except (PromptTooLong, QuestionRejected) as e:
         return reply(error=str(e))
     if node.lifecycle_state != "active":          # deactivated meanwhile: nobody would answer
         rt.board.fail(q, f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
-    timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
     if not q.event.wait(timeout):
-        reason, at = rt.stats.problem
-        why = f"; frames are not running: {reason}" if reason and time.monotonic() - at < 2.0 else ""
+        now = rt.answers.estimate(tokens, [], _stalled(rt))
         # still on the board: never handed to the engine; else the engine keeps decoding it
         where = ("it was not started" if rt.board.withdraw(q)
                  else f"request {q.request_id} keeps streaming on the answer topic")
-        return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}){why}")
+        return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}); at admission: "
+                           f"{estimate.describe()}; now: {now.describe()}")
     if q.error:
         return reply(error=q.error)
     return reply(answer=q.answer)

@@ -50,6 +50,11 @@ class QuestionBoard:
             self._new.append(q)
             return q
 
+    def waiting_tokens(self) -> list[int]:
+        """The answer budgets of the questions not handed to the engine yet, in order."""
+        with self._lock:
+            return [q.max_new_tokens for q in self._new]
+
     def take(self) -> list[Question]:
         with self._lock:
             new, self._new = self._new, []

@@ -1,0 +1,72 @@
+"""Progress questions are queued only while their deadline can be met, over real DDS: a
+question whose answer cannot be complete before its timeout_s is refused at once with the
+node's estimate in `error`; a burst of questions ends with every one answered or refused
+with that reason, none timed out; /diagnostics' language entry shows the refusals and the
+estimate.
+
+The bounds come from the run itself: which questions fit is decided by the node's measured
+frame interval, so the test asserts the rule (answered, or refused with an estimate larger
+than the timeout), not which ones.
+"""
+
+import re
+import time
+
+import pytest
+
+from node_harness import start_node  # noqa: F401 - pytest fixture
+from ros_helpers import run_as_peer, run_peers
+
+QUESTION = "what have you done?"
+BURST = 6
+BURST_TIMEOUT_S = 6.0
+
+
+def questions_run(namespace, *, deadline):
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: len(d.chunks) >= 5, 30.0, "five action chunks")
+        impossible = d.ask(QUESTION, timeout_s=0.2)
+        possible = d.ask(QUESTION, timeout_s=15.0)
+        futures = [d.ask_async(f"{QUESTION} ({i})", timeout_s=BURST_TIMEOUT_S) for i in range(BURST)]
+        d.wait_until(lambda: all(f.done() for f in futures), 3 * BURST_TIMEOUT_S, "every answer of the burst")
+        burst = [{"success": r.success, "answer": r.answer, "error": r.error, "latency_s": r.latency_s}
+                 for r in (f.result() for f in futures)]
+        time.sleep(1.5)                                    # a /diagnostics message or two
+        return {"impossible": impossible, "possible": possible, "burst": burst,
+                "language": d.diag_values.get("language", {})}
+    finally:
+        d.close()
+
+
+@pytest.mark.ros
+def test_questions_are_queued_while_their_deadline_allows_and_refused_with_the_estimate(start_node):
+    # one decode step a frame and two slots: six 24-token answers cannot all fit in 6 s at 10 Hz
+    node = start_node(autostart=True, narration_every_n_frames=0, memory_every_n_frames=0, steps_per_frame=1,
+                      max_requests=2, answer_max_tokens=24, max_concurrent_questions=BURST + 2)
+    r = run_peers(__file__, {"driver": ["questions_run", node.namespace]}, timeout=120)["driver"]
+    assert node.alive()
+
+    impossible = r["impossible"]
+    assert not impossible["success"] and impossible["error"].startswith("cannot answer within 0.2 s: about ")
+    assert impossible["latency_s"] < 0.2, impossible         # refused at once, not after waiting
+    assert r["possible"]["success"] and r["possible"]["answer"], r["possible"]
+
+    answered = [a for a in r["burst"] if a["success"]]
+    refused = [a for a in r["burst"] if not a["success"]]
+    assert all(a["latency_s"] <= BURST_TIMEOUT_S for a in answered), answered
+    for a in refused:           # a reason with the estimate, never a silent time-out
+        m = re.match(r"cannot answer within 6 s: about \d+ frame\(s\) of [\d.]+ s = ([\d.]+) s", a["error"])
+        assert m and float(m.group(1)) > BURST_TIMEOUT_S, a
+        assert a["latency_s"] < 1.0, a
+    assert answered and refused, r["burst"]
+
+    lang = r["language"]
+    assert int(lang["questions_refused_deadline"]) == 1 + len(refused), lang
+    assert float(lang["question_estimate_s"]) >= 0.0 and int(lang["questions_waiting"]) == 0, lang
+
+
+if __name__ == "__main__":
+    run_as_peer({"questions_run": questions_run})
