@@ -1,4 +1,5 @@
-"""StarVLA QwenPI_v3's action head (engine/models/starvla/head.py) against its formulas.
+"""StarVLA QwenPI_v3's action head (engine/models/starvla/head.py, its DiT in dit.py) against
+its formulas.
 
 Tiny random weights; hand-computed numbers in the comments. `reference_velocity` at the
 bottom is a plain re-statement of the block formulas (no precomputed K/V, concatenated
@@ -12,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from oxygen_ros.engine.models.starvla import dit as dit_blocks
 from oxygen_ros.engine.models.starvla import head as pv
 from oxygen_ros.engine.models.starvla.head import PIv3HeadConfig, build_random
 
@@ -65,7 +67,7 @@ def block_outputs(head, layers, x, mask=None, steps=1):
 def test_timestep_projection_hand_values():
     """diffusers Timesteps(4, flip_sin_to_cos=True, downscale_freq_shift=1): half 2,
     f = exp(-ln(1e4) * [0, 1] / (2 - 1)) = [1, 1e-4], output [cos(b f), sin(b f)]."""
-    got = pv.timestep_proj(torch.tensor([0, 1, 250]), 4)
+    got = dit_blocks.timestep_proj(torch.tensor([0, 1, 250]), 4)
     # b = 0 (t = 0): [1, 1, 0, 0]
     assert torch.allclose(got[0], torch.tensor([1.0, 1.0, 0.0, 0.0]))
     # b = 1: [cos 1, cos 1e-4, sin 1, sin 1e-4] = [0.5403023059, 0.999999995, 0.8414709848, 1e-4]
@@ -78,7 +80,7 @@ def test_timestep_projection_hand_values():
 def test_action_encoder_time_encoding_hand_values():
     """ActionEncoder's sinusoid, dim 4: half 2, g = exp(-[0, 1] ln(1e4) / 2) = [1, 0.01],
     output [sin(b g), cos(b g)] (sin FIRST, no frequency shift)."""
-    got = pv.action_time_encoding(torch.tensor([0, 1, 1000]), 4)
+    got = dit_blocks.action_time_encoding(torch.tensor([0, 1, 1000]), 4)
     # t = 0 (b = 0): [0, 0, 1, 1]
     assert torch.allclose(got[0], torch.tensor([0.0, 0.0, 1.0, 1.0]))
     # b = 1: [sin 1, sin .01, cos 1, cos .01]
@@ -101,7 +103,7 @@ def test_ada_layer_norm_zero_modulation_and_known_scale_shift():
     = [-1.3416354, -0.4472118, 0.4472118, 1.3416354]. Zero linear: plain LN (no affine).
     Bias = [scale 1 x4 | shift 0.5 x4] (scale is the FIRST chunk): 2 LN + 0.5
     = [-2.1832708, -0.3944236, 1.3944236, 3.1832708]."""
-    norm = pv.AdaLayerNorm(4, 1e-5)
+    norm = dit_blocks.AdaLayerNorm(4, 1e-5)
     x = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]])
     temb = torch.randn(1, 4)
     with torch.no_grad():
@@ -456,7 +458,7 @@ def reference_velocity(head, layers, x, bucket):
             scale, shift = mod[:, : cfg.width, None].transpose(1, 2), mod[:, cfg.width:, None].transpose(1, 2)
             n = F.layer_norm(hs, (cfg.width,), eps=1e-5) * (1 + scale) + shift
             if blk.pos_embed is not None:
-                n = n + pv.sinusoidal_table(n.shape[1], cfg.width)
+                n = n + dit_blocks.sinusoidal_table(n.shape[1], cfg.width)
             ctx = head.project_layers[i](layers[first + i]) if cfg.block_is_cross(i) else n
             at = blk.attn1
             q = at.to_q(n).view(b, -1, cfg.num_heads, cfg.head_dim).transpose(1, 2)

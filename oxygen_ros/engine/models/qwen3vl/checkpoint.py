@@ -8,7 +8,8 @@ equal to the embedding where tied). Our Decoder uses the same names below the pr
 text_state_dict / load_text_weights take an in-memory state dict (text model only).
 
 Reading a checkpoint DIRECTORY (config.json + model.safetensors or a sharded
-model.safetensors.index.json) into one state dict per part, without building the model.
+model.safetensors.index.json; the files and their headers: safetensors_files.py) into one
+state dict per part, without building the model.
 
 Two layouts, told apart by config.json (`checkpoint_kind`):
 
@@ -38,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import struct
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,8 +50,10 @@ from ...config import parse_dtype
 from ...layers.decoder import Decoder
 from ...state_checks import WeightMismatchError, check_state, short_list
 from .configuration import text_config_from_hf
+from .errors import Qwen3VLCheckpointError
 from .image_processing import Qwen3VLImageSettings
 from .modeling import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
+from .safetensors_files import element_count, tensor_table
 from .tokenizer import Qwen3VLTokenizer
 from .vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
 
@@ -107,8 +109,6 @@ def load_text_weights(decoder: torch.nn.Module, hf_sd: dict[str, torch.Tensor]) 
 # -- whole checkpoints: Qwen3-VL and Xiaomi-Robotics-0 ----------------------------------
 QWEN3VL_ARCHITECTURE = "Qwen3VLForConditionalGeneration"
 VISUAL_PREFIX = "model.visual."
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 
 
 @dataclass(frozen=True)
@@ -129,10 +129,6 @@ class HeadLayout:
     to_local: Callable[[str], str]
     to_source: Callable[[str], str]
     head_config: Callable[..., object]
-
-
-class Qwen3VLCheckpointError(WeightMismatchError):
-    """A Qwen3-VL / XR-0 checkpoint that our model cannot take (names, shapes, config)."""
 
 
 @dataclass
@@ -207,62 +203,6 @@ def read_config(path: str | os.PathLike, layouts: tuple[HeadLayout, ...] = ()
         raise Qwen3VLCheckpointError(f"{cfg_file}: model_type {config.get('model_type')!r}, architectures "
                                      f"{config.get('architectures')} is neither {known}")
     return d, config, kind, find_layout(config, layouts)
-
-
-# -- files and headers ------------------------------------------------------------------
-def weight_files(directory: Path) -> tuple[list[Path], dict[str, str] | None]:
-    """The safetensors files (one, or the index's shards in order) and the index's
-    weight_map (None for a single file). Missing files raise FileNotFoundError naming them."""
-    index = directory / INDEX_FILE
-    if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise Qwen3VLCheckpointError(f"{index} has no weight_map")
-        files = [directory / f for f in sorted(set(weight_map.values()))]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise FileNotFoundError(f"{index} names {len(missing)} shard(s) that are not in {directory}: "
-                                    f"{', '.join(missing)}")
-        return files, weight_map
-    single = directory / SINGLE_FILE
-    if single.is_file():
-        return [single], None
-    raise FileNotFoundError(f"no weights in {directory}: neither {SINGLE_FILE} nor {INDEX_FILE}")
-
-
-def read_header(file: Path) -> dict[str, dict]:
-    """A safetensors file's tensor table {name: {"dtype", "shape", "data_offsets"}} from its
-    header alone (8-byte little-endian length, then JSON); no tensor is read."""
-    with open(file, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise Qwen3VLCheckpointError(f"{file} is not a safetensors file (too short)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > 100 * 2 ** 20:
-            raise Qwen3VLCheckpointError(f"{file} is not a safetensors file (header length {n})")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as e:
-            raise Qwen3VLCheckpointError(f"{file} is not a safetensors file ({e})") from None
-    header.pop("__metadata__", None)
-    return header
-
-
-def tensor_table(directory: Path) -> tuple[list[Path], dict[str, tuple[Path, tuple[int, ...], str]]]:
-    """Every tensor's (file, shape, safetensors dtype) from the headers; the index's
-    weight_map must agree with what the shards hold."""
-    files, weight_map = weight_files(directory)
-    table = {}
-    for file in files:
-        for name, info in read_header(file).items():
-            table[name] = (file, tuple(info["shape"]), info["dtype"])
-    if weight_map is not None:
-        absent = sorted(n for n, f in weight_map.items() if n not in table or table[n][0].name != f)
-        if absent:
-            raise Qwen3VLCheckpointError(f"{directory / INDEX_FILE} maps {len(absent)} tensor(s) to shards that "
-                                         f"do not hold them: {short_list(absent)} (e.g. {absent[0]} -> "
-                                         f"{weight_map[absent[0]]})")
-    return files, table
 
 
 # -- the plan: which checkpoint name goes where -------------------------------------------
@@ -412,17 +352,6 @@ def read_qwen3vl_checkpoint(path: str | os.PathLike, dtype: torch.dtype | str | 
 
 
 # -- inspecting ---------------------------------------------------------------------------
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
-
-
-def _count(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
 def inspect_qwen3vl_checkpoint(path: str | os.PathLike, layouts: tuple[HeadLayout, ...] = ()) -> dict:
     """What a Qwen3-VL / XR-0 checkpoint directory holds, from config.json and the
     safetensors headers only (no tensor is read): files, bytes, dtypes, per part the
@@ -448,7 +377,7 @@ def inspect_qwen3vl_checkpoint(path: str | os.PathLike, layouts: tuple[HeadLayou
         report["tensors"] = len(table)
         dtypes: dict[str, int] = {}
         for _, shape, dt in table.values():
-            dtypes[dt] = dtypes.get(dt, 0) + _count(shape)
+            dtypes[dt] = dtypes.get(dt, 0) + element_count(shape)
         report["dtype"] = max(dtypes, key=dtypes.get) if dtypes else None
         report["dtypes"] = dtypes
     plan = _plan(config, layout, {n: t[1] for n, t in table.items()})
@@ -456,10 +385,10 @@ def inspect_qwen3vl_checkpoint(path: str | os.PathLike, layouts: tuple[HeadLayou
         problems.extend(plan.problems)
         report["tie_word_embeddings"] = plan.tied
         report["parts"] = {part: {"tensors": len(names),
-                                  "parameters": sum(_count(table[s][1]) for s in names.values())}
+                                  "parameters": sum(element_count(table[s][1]) for s in names.values())}
                            for part, names in plan.parts.items()}
         report["parts"]["unused"] = {"tensors": len(plan.unused),
-                                     "parameters": sum(_count(table[s][1]) for s in plan.unused),
+                                     "parameters": sum(element_count(table[s][1]) for s in plan.unused),
                                      "names": plan.unused[:8]}
     for key in ("decoder", "vision", "head"):
         if key in plan.configs:

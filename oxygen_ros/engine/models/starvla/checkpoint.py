@@ -6,7 +6,7 @@ What StarVLA writes (starVLA/starVLA; read for facts only):
   _save_checkpoint does torch.save(accelerator.get_state_dict(model),
   f"<run_dir>/checkpoints/steps_{N}_pytorch_model.pt"); _finalize_training saves
   <run_dir>/final_model/pytorch_model.pt. The dataloader writes
-  <run_dir>/dataset_statistics.json (models/starvla/processor.py reads it).
+  <run_dir>/dataset_statistics.json (models/starvla/dataset_stats.py parses it).
 - starVLA/model/framework/share_tools.py read_mode_config and base_framework.from_pretrained:
   config.yaml and dataset_statistics.json are looked up in the .pt's parents[1];
   torch.load(map_location="cpu") (or safetensors load_file for .safetensors), then
@@ -48,11 +48,11 @@ from pathlib import Path
 import torch
 
 from ...policy_io.errors import PolicyIOError
-from .processor import (CHECKPOINT_SUBDIR, CONFIG_FILES, STATS_FILE, find_run_file, read_json,
-                                 read_run_config, run_dirs)
 from ...state_checks import short_list
-from ..qwen3vl.checkpoint import (HEAD_NAME, TEXT_PREFIX, VISUAL_PREFIX, Qwen3VLCheckpoint, Qwen3VLCheckpointError,
-                      _plan, checkpoint_kind, text_state_dict)
+from ..qwen3vl.checkpoint import (HEAD_NAME, TEXT_PREFIX, VISUAL_PREFIX, Qwen3VLCheckpoint, _plan, checkpoint_kind,
+                                  text_state_dict)
+from ..qwen3vl.errors import Qwen3VLCheckpointError
+from .run_files import CHECKPOINT_SUBDIR, CONFIG_FILES, STATS_FILE, find_run_file, read_json, read_run_config, run_dirs
 
 BACKBONE_PREFIX = "qwen_vl_interface.model."
 HEAD_PREFIX = "action_model."

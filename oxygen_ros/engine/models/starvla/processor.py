@@ -1,4 +1,5 @@
 """Policy I/O for StarVLA QwenPI_v3 checkpoints ("Qwen3VL-PI_v3"), as StarVLA's own code does it.
+Where a run keeps its files: run_files.py; its dataset_statistics.json parsed: dataset_stats.py.
 
 Sources (repo starVLA/starVLA unless named otherwise; read for facts, no code copied):
   S1  starVLA/model/framework/VLM4A/QwenPI_v3.py: state2str_transform,
@@ -94,80 +95,22 @@ from typing import Sequence
 
 import numpy as np
 
-from ...policy_io.checkpoint import read_json as read_if_present
 from ...policy_io.errors import PolicyIOError
 from ..qwen3vl.image_processing import RESIZE_MODES, Qwen3VLImageSettings, qwen3vl_pixels
+from .dataset_stats import (EXPECTED_STATS, STAT_FIELDS, ActionStats, action_keys, entry_state_stats,
+                            parse_action_stats, stat_vector)
+from .run_files import (CONFIG_FILES, PREPROCESSOR_FILE, STATS_FILE, find_run_file, read_json, read_run_config,
+                        run_dirs)
 
 STATE_BINS = 256
 BIN_EDGES = np.linspace(-1.0, 1.0, STATE_BINS + 1)[:-1]       # S1: 256 left edges
 STATE_MARKER = "[STATE]"
 ACTION_MARKER = "[ACTION]"
-STATS_FILE = "dataset_statistics.json"
-CONFIG_FILES = ("config.yaml", "config.json")                    # S3: from_pretrained reads the yaml
-PREPROCESSOR_FILE = "preprocessor_config.json"
-CHECKPOINT_SUBDIR = "checkpoints"
 STATE_MODES = ("q99", "min_max", "mean_std", "binary", "none")
 ACTION_NORMS = ("q99", "min_max")
 BINARY_THRESHOLD = 0.5
 DEFAULT_HORIZON = 16
 IMAGE_SLOT = "<|vision_start|><|image_pad|><|vision_end|>"
-EXPECTED_STATS = ('{"<key>": {"action": {"q01": [D], "q99": [D], "mask": [D bools], ...}, '
-                  '"state": {"q01": [S], "q99": [S], "min", "max", "mean", "std"}}}')
-_STAT_FIELDS = {"q99": ("q01", "q99"), "min_max": ("min", "max"), "mean_std": ("mean", "std")}
-
-
-# -- locating a run's files ---------------------------------------------------------------
-def run_dirs(path: str | os.PathLike) -> tuple[Path | None, list[Path]]:
-    """(the weights file if `path` names one, directories to look in, in order).
-
-    StarVLA writes <run_dir>/checkpoints/steps_N_pytorch_model.pt with config.yaml,
-    config.json and dataset_statistics.json in <run_dir> (S3: the .pt's parents[1]);
-    final_model/pytorch_model.pt sits one level down too. The .pt's own directory is
-    tried after that, and a directory given directly is tried first."""
-    p = Path(os.path.expanduser(str(path)))
-    if p.is_file():
-        dirs = [p.parents[1], p.parent] if len(p.parents) > 1 else [p.parent]
-        return p, dirs
-    if p.is_dir():
-        dirs = [p]
-        if p.name == CHECKPOINT_SUBDIR or not any((p / n).is_file() for n in (STATS_FILE, *CONFIG_FILES)):
-            dirs.append(p.parent)
-        return None, dirs
-    raise PolicyIOError(f"StarVLA checkpoint {p} does not exist (give the run directory, its "
-                        f"{CHECKPOINT_SUBDIR}/ directory or a .pt file in it)")
-
-
-def find_run_file(dirs: Sequence[Path], names: Sequence[str]) -> Path | None:
-    for d in dirs:
-        for name in names:
-            if (d / name).is_file():
-                return d / name
-    return None
-
-
-def read_json(path: Path) -> dict:
-    """The JSON object in `path` (which must exist)."""
-    if not path.is_file():
-        raise PolicyIOError(f"cannot read {path}: no such file")
-    return read_if_present(path)
-
-
-def read_run_config(path: Path) -> dict:
-    """config.yaml (yaml.safe_load; OmegaConf interpolations stay unresolved strings) or
-    config.json (the trainer writes it from the same yaml)."""
-    if path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as exc:          # pragma: no cover - pyyaml is installed with ROS
-            raise PolicyIOError(f"reading {path} needs PyYAML ({exc}); config.json works without it") from exc
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise PolicyIOError(f"cannot read {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise PolicyIOError(f"{path} does not hold a mapping")
-        return data
-    return read_json(path)
 
 
 def _get(d, *keys, default=None):
@@ -212,62 +155,6 @@ def with_state(instruction: str, state_str: str) -> str:
     return f"{instruction} {STATE_MARKER} {state_str} {ACTION_MARKER}"
 
 
-# -- statistics ------------------------------------------------------------------------------
-def _vector(values, where: str, n: int | None = None) -> np.ndarray:
-    if values is None:
-        raise PolicyIOError(f"{where} is null in the statistics file")
-    try:
-        x = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise PolicyIOError(f"{where}: not a numeric array ({exc})") from exc
-    if x.ndim != 1 or x.size == 0 or (n is not None and x.size != n):
-        raise PolicyIOError(f"{where}: expected {n if n is not None else 'a non-empty list of'} "
-                            f"numbers, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise PolicyIOError(f"{where}: contains NaN or inf")
-    return x
-
-
-@dataclass(frozen=True)
-class ActionStats:
-    low: np.ndarray           # [D] q01 (or min)
-    high: np.ndarray          # [D] q99 (or max)
-    mask: np.ndarray          # [D] bool: True = unnormalise, False = gripper (binarised)
-
-    @property
-    def dim(self) -> int:
-        return self.low.shape[0]
-
-
-def _action_stats(entry, where: str, norm: str) -> ActionStats:
-    action = entry.get("action") if isinstance(entry, dict) else None
-    if not isinstance(action, dict):
-        raise PolicyIOError(f"{where} has no 'action' statistics; expected {EXPECTED_STATS}")
-    lo_key, hi_key = _STAT_FIELDS[norm]
-    missing = [k for k in (lo_key, hi_key) if k not in action]
-    if missing:
-        raise PolicyIOError(f"{where}.action lacks {missing} (has {sorted(action)}); action_norm={norm!r} "
-                            f"needs {lo_key}/{hi_key}")
-    low = _vector(action[lo_key], f"{where}.action.{lo_key}")
-    high = _vector(action[hi_key], f"{where}.action.{hi_key}", low.size)
-    if "mask" in action and action["mask"] is not None:
-        raw = np.asarray(action["mask"])
-        if raw.ndim != 1 or raw.size != low.size or raw.dtype.kind not in "biu":
-            raise PolicyIOError(f"{where}.action.mask must be {low.size} booleans, got "
-                                f"{raw.dtype} shape {raw.shape}")
-        mask = raw.astype(bool)
-    else:
-        mask = np.ones(low.size, dtype=bool)     # S6: np.ones_like(q01, dtype=bool)
-    return ActionStats(low, high, mask)
-
-
-def _state_stats(entry) -> dict | None:
-    if not isinstance(entry, dict):
-        return None
-    state = entry.get("state", entry.get("proprio"))
-    return state if isinstance(state, dict) else None
-
-
 @dataclass
 class StarVLAPolicyIO:
     """One StarVLA QwenPI_v3 run's rules: raw state -> state text in the instruction,
@@ -296,7 +183,7 @@ class StarVLAPolicyIO:
     # ------------------------------------------------------------ keys
     @property
     def keys(self) -> list[str]:
-        return [k for k, v in self.stats.items() if isinstance(v, dict) and "action" in v]
+        return action_keys(self.stats)
 
     @property
     def action_dim(self) -> int:
@@ -304,7 +191,7 @@ class StarVLAPolicyIO:
 
     @property
     def state_stats(self) -> dict | None:
-        return _state_stats(self.stats[self.unnorm_key])
+        return entry_state_stats(self.stats[self.unnorm_key])
 
     # ------------------------------------------------------------ state
     def _modes(self, n: int) -> tuple[str, ...]:
@@ -336,11 +223,11 @@ class StarVLAPolicyIO:
                 raise PolicyIOError(f"{self.stats_file}: key {self.unnorm_key!r} has no 'state' (or 'proprio') "
                                     f"statistics, which state mode {mode!r} needs; pass state_modes='none' "
                                     "for a state normalised already")
-            a_key, b_key = _STAT_FIELDS[mode]
+            a_key, b_key = STAT_FIELDS[mode]
             if a_key not in stats or b_key not in stats:
                 raise PolicyIOError(f"{where} lacks {a_key}/{b_key} for state mode {mode!r} (has {sorted(stats)})")
-            a = _vector(stats[a_key], f"{where}.{a_key}")
-            b = _vector(stats[b_key], f"{where}.{b_key}", a.size)
+            a = stat_vector(stats[a_key], f"{where}.{a_key}")
+            b = stat_vector(stats[b_key], f"{where}.{b_key}", a.size)
             if a.size != x.size:
                 raise PolicyIOError(f"state has {x.size} dims but {where}.{a_key} has {a.size}")
             a, b, v = a[dims], b[dims], x[dims]
@@ -504,8 +391,8 @@ class StarVLAPolicyIO:
                 "horizon": self.horizon, "action_dim": self.action_dim,
                 "action_mask": self.action_stats.mask.tolist(), "binary_dims": list(self.binary_dims),
                 "unnormalize": f"{'clip [-1, 1], ' if self.clip_actions else ''}binary dims >= 0.5 -> 1, "
-                               f"where(mask, 0.5 (x + 1) ({_STAT_FIELDS[self.action_norm][1]} - "
-                               f"{_STAT_FIELDS[self.action_norm][0]}) + {_STAT_FIELDS[self.action_norm][0]}, x)",
+                               f"where(mask, 0.5 (x + 1) ({STAT_FIELDS[self.action_norm][1]} - "
+                               f"{STAT_FIELDS[self.action_norm][0]}) + {STAT_FIELDS[self.action_norm][0]}, x)",
                 "delta_dims": list(self.delta_dims),
                 "state_text": f"<instruction> {STATE_MARKER} b1 ... bS {ACTION_MARKER}, "
                               f"{STATE_BINS} bins on [-1, 1]"
@@ -565,7 +452,7 @@ def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = Non
                                 f"beside config.yaml in the run directory (the .pt's parent's parent); it "
                                 f"should hold {EXPECTED_STATS}. Or pass stats_path=.")
     stats = read_json(stats_file)
-    keys = [k for k, v in stats.items() if isinstance(v, dict) and "action" in v]
+    keys = action_keys(stats)
     if not keys:
         raise PolicyIOError(f"{stats_file} has no key with 'action' statistics (top-level keys: "
                             f"{sorted(stats)}); expected {EXPECTED_STATS}")
@@ -576,7 +463,7 @@ def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = Non
         unnorm_key = keys[0]
     elif unnorm_key not in keys:
         raise PolicyIOError(f"unnorm_key {unnorm_key!r} is not in {stats_file}; it holds {keys}")
-    action_stats = _action_stats(stats[unnorm_key], f"{stats_file}: {unnorm_key!r}", action_norm)
+    action_stats = parse_action_stats(stats[unnorm_key], f"{stats_file}: {unnorm_key!r}", action_norm)
     d = action_stats.dim
     bdims = _dims(binary_dims, d, "binary_dims") if binary_dims is not None \
         else tuple(int(i) for i in np.flatnonzero(~action_stats.mask))

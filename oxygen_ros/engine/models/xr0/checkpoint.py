@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 
-from ..qwen3vl.checkpoint import (HeadLayout, Qwen3VLCheckpointError, checkpoint_kind as _kind,
-                                  inspect_qwen3vl_checkpoint, load_qwen3vl, read_qwen3vl_checkpoint)
+from ..qwen3vl.checkpoint import (HeadLayout, checkpoint_kind as _kind, inspect_qwen3vl_checkpoint, load_qwen3vl,
+                                  read_qwen3vl_checkpoint)
+from ..qwen3vl.errors import Qwen3VLCheckpointError
 from .head import XR0HeadConfig
 
 ARCHITECTURE = "MiBoTForActionGeneration"

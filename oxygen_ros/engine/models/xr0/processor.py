@@ -1,4 +1,5 @@
 """Policy I/O for Xiaomi-Robotics-0 (XR-0) checkpoints, as the official deploy path does it.
+Its per-robot-type action statistics (where, parsing, the action mask): action_stats.py.
 
 The official repo (XiaomiRobotics/Xiaomi-Robotics-0) only holds deploy/eval code; the
 checkpoint carries its own processor (`MiBotProcessor`, processing_mibot.py, loaded with
@@ -93,12 +94,11 @@ import numpy as np
 from ...policy_io import checkpoint as ckpt
 from ...policy_io.errors import PolicyIOError
 from ..qwen3vl.image_processing import RESIZE_MODES, Qwen3VLImageSettings, qwen3vl_pixels
+from .action_stats import MASK_THRESHOLD, RobotStats, find_action_config, parse_action_config, with_active_dims
 
 STATE_DIM = 32
 ACTION_DIM = 32
-MASK_THRESHOLD = 1e-5
 DEFAULT_HORIZON = 30                         # config.action_length of the released checkpoints
-STATS_FILES = ("processor_config.json", "preprocessor_config.json")   # A1, in this order
 PREPROCESSOR_FILE = "preprocessor_config.json"
 CONFIG_FILE = "config.json"
 VIEW_LABELS = ("Base View", "Left-Wrist View")
@@ -112,71 +112,6 @@ OFFICIAL_ROBOT_TYPES = ("libero_all", "calvin_abcd_orig", "calvin_abc_orig",
 MODEL_SLOTS = ("base_0_rgb", "left_wrist_0_rgb")
 MAX_PROMPT_TOKENS = 200                      # Qwen3VLModelConfig.max_prompt_tokens' default
 IMAGE_TEXT = "<|vision_start|><|image_pad|><|vision_end|>"
-EXPECTED_FORMAT = ('"action_config": {"<robot_type>": {"mean": [[32 floats] x H], '
-                   '"std": [[32 floats] x H]}} (a leading [1, H, 32] batch axis is accepted)')
-
-
-def _read_json(path: Path) -> dict | None:
-    """The JSON object in `path`, None when there is no such file."""
-    return ckpt.read_json(path) if path.is_file() else None
-
-
-def _stat(values, where: str, action_dim: int) -> np.ndarray:
-    try:
-        x = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise PolicyIOError(f"{where}: not a numeric array ({exc})") from exc
-    if x.ndim == 3 and x.shape[0] == 1:
-        x = x[0]
-    if x.ndim == 1:
-        x = x[None]
-    if x.ndim != 2 or x.shape[1] != action_dim or x.shape[0] < 1:
-        raise PolicyIOError(f"{where}: expected [H, {action_dim}] (or [1, H, {action_dim}]), "
-                            f"got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise PolicyIOError(f"{where}: contains NaN or inf")
-    return x
-
-
-@dataclass(frozen=True)
-class RobotStats:
-    mean: np.ndarray            # [H, 32] float64
-    std: np.ndarray             # [H, 32]
-    mask: np.ndarray            # [H, 32] bool: std > threshold
-    active_dims: tuple[int, ...]
-
-    @property
-    def horizon(self) -> int:
-        return self.mean.shape[0]
-
-
-def _parse_action_config(config, where: str, action_dim: int, threshold: float) -> dict[str, RobotStats]:
-    if not isinstance(config, dict) or not config:
-        raise PolicyIOError(f"{where}: 'action_config' must be a non-empty object, expected {EXPECTED_FORMAT}")
-    table = {}
-    for robot_type, entry in config.items():
-        if not isinstance(entry, dict) or "mean" not in entry or "std" not in entry:
-            raise PolicyIOError(f"{where}: action_config[{robot_type!r}] needs 'mean' and 'std' "
-                                f"(got {sorted(entry) if isinstance(entry, dict) else type(entry).__name__}); "
-                                f"expected {EXPECTED_FORMAT}")
-        mean = _stat(entry["mean"], f"{where}: action_config[{robot_type!r}].mean", action_dim)
-        std = _stat(entry["std"], f"{where}: action_config[{robot_type!r}].std", action_dim)
-        if mean.shape[0] == 1 and std.shape[0] > 1:
-            mean = np.repeat(mean, std.shape[0], axis=0)
-        if std.shape[0] == 1 and mean.shape[0] > 1:
-            std = np.repeat(std, mean.shape[0], axis=0)
-        if mean.shape != std.shape:
-            raise PolicyIOError(f"{where}: action_config[{robot_type!r}] mean {mean.shape} and std "
-                                f"{std.shape} differ")
-        if np.any(std < 0):
-            raise PolicyIOError(f"{where}: action_config[{robot_type!r}].std has negative values")
-        mask = std > threshold
-        active = tuple(int(d) for d in np.flatnonzero(mask.any(axis=0)))
-        if not active:
-            raise PolicyIOError(f"{where}: action_config[{robot_type!r}] has no active dim "
-                                f"(every std <= {threshold})")
-        table[str(robot_type)] = RobotStats(mean, std, mask, active)
-    return table
 
 
 @dataclass
@@ -532,46 +467,16 @@ def load_xr0_policy_io(checkpoint_dir: str | os.PathLike, robot_type: str | None
         raise PolicyIOError(f"checkpoint directory {root} does not exist")
     if resize_mode not in RESIZE_MODES:
         raise PolicyIOError(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
-    config = _read_json(root / CONFIG_FILE) or {}
+    config = ckpt.read_json(root / CONFIG_FILE)         # {} when absent
     state_dim = config.get("state_dim", STATE_DIM)
     action_dim = config.get("action_dim", ACTION_DIM)
     for key, value in (("state_dim", state_dim), ("action_dim", action_dim)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PolicyIOError(f"{root / CONFIG_FILE}: {key} must be a positive int, got {value!r}")
 
-    if stats_path is not None:
-        path = Path(os.path.expanduser(str(stats_path)))
-        data = _read_json(path)
-        if data is None:
-            raise PolicyIOError(f"statistics file {path} does not exist; it should hold {EXPECTED_FORMAT}")
-        action_config = data.get("action_config", data)
-        candidates = [path]
-    else:
-        candidates = [root / name for name in STATS_FILES]
-        path, action_config = None, None
-        for candidate in candidates:
-            data = _read_json(candidate)
-            if data is not None and "action_config" in data:
-                path, action_config = candidate, data["action_config"]
-                break
-        if path is None:
-            found = [c.name for c in candidates if c.is_file()]
-            raise PolicyIOError(
-                f"no XR-0 action statistics in {root}: looked for the key 'action_config' in "
-                f"{', '.join(c.name for c in candidates)} ("
-                + (f"present without it: {', '.join(found)}" if found else "neither file exists")
-                + f"). It should hold {EXPECTED_FORMAT}, i.e. the MiBotProcessor's per-robot "
-                "mean/std; or pass stats_path= to a JSON file in that format.")
-    robots = _parse_action_config(action_config, str(path), action_dim, mask_threshold)
-
-    for name, dims in (active_dims or {}).items():
-        if name not in robots:
-            raise PolicyIOError(f"active_dims for unknown robot_type {name!r}; known: {', '.join(robots)}")
-        dims = tuple(int(d) for d in dims)
-        if not dims or len(set(dims)) != len(dims) or any(not 0 <= d < action_dim for d in dims):
-            raise PolicyIOError(f"active_dims[{name!r}] must be distinct dims in 0..{action_dim - 1}, got {dims}")
-        s = robots[name]
-        robots[name] = RobotStats(s.mean, s.std, s.mask, tuple(sorted(dims)))
+    path, action_config = find_action_config(root, stats_path)
+    robots = with_active_dims(parse_action_config(action_config, str(path), action_dim, mask_threshold),
+                              active_dims or {}, action_dim)
     deltas = {}
     for name, dims in (delta_dims or {}).items():
         if name not in robots:
@@ -589,10 +494,10 @@ def load_xr0_policy_io(checkpoint_dir: str | os.PathLike, robot_type: str | None
     if robot_type is not None and robot_type not in robots:
         raise PolicyIOError(f"unknown robot_type {robot_type!r}: {path} defines {', '.join(robots)}")
 
-    pre = _read_json(root / PREPROCESSOR_FILE)
-    if pre is not None:
-        settings = Qwen3VLImageSettings.from_hf_dict(pre, resize_mode=resize_mode)
-        source = str(root / PREPROCESSOR_FILE)
+    pre_file = root / PREPROCESSOR_FILE
+    if pre_file.is_file():
+        settings = Qwen3VLImageSettings.from_hf_dict(ckpt.read_json(pre_file), resize_mode=resize_mode)
+        source = str(pre_file)
     else:
         settings = Qwen3VLImageSettings(resize_mode=resize_mode)
         source = "Qwen3-VL defaults (no preprocessor_config.json)"
