@@ -161,15 +161,16 @@ def test_stale_and_bad_inputs_never_crash_or_stall_the_loop(start_node):
     r = run_peers(__file__, {"driver": ["stale_and_bad_inputs_run", node.namespace]}, timeout=90)["driver"]
     assert r["ask_empty"]["success"] is False and r["ask_empty"]["error"] == "empty question"
     assert r["ask_long"]["success"] is False and "question too long" in r["ask_long"]["error"]
-    assert r["ask_timeout"]["success"] is False and "timed out after 0.05 s" in r["ask_timeout"]["error"]
-    # max_concurrent_questions 4; the timed-out question may still be in flight, and on a
-    # loaded machine an answer can finish (freeing its place) before the 7th question
-    # arrives: the limit bites (some are refused, naming it), at least 3 are answered
+    # an answer that cannot be complete in 0.05 s is refused at once, with the estimate
+    assert r["ask_timeout"]["success"] is False and "cannot answer within 0.05 s" in r["ask_timeout"]["error"]
+    # max_concurrent_questions 4; on a loaded machine an answer can finish (freeing its
+    # place) before the 7th question arrives: the limit bites (some are refused, naming it,
+    # or naming the deadline their place in the queue would miss), at least 3 are answered
     # (QuestionBoard's exact count: test_node_helpers)
     answered = [ok for ok, _ in r["ask_many"] if ok]
     refused = [err for ok, err in r["ask_many"] if not ok]
     assert len(answered) >= 3 and len(refused) >= 1 and len(answered) + len(refused) == 7, r["ask_many"]
-    assert all("too many questions in flight" in err for err in refused), refused
+    assert all("too many questions in flight" in err or "cannot answer within 10 s" in err for err in refused), refused
 
     assert r["stale_chunks"] == 0
     assert any(level == ERROR and "camera/base/image_raw: stale" in msg for level, msg in r["stale_diag_inputs"])

@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.stress, pytest.mark.ros]
 CYCLES = 100
 BURST = int(os.environ.get("OXYGEN_STRESS_BURST", "50"))
 ASK_TIMEOUT_S = 8.0
-REFUSAL = ("too many questions", "not active", "rejected", "timed out", "shutting down", "deactivated")
+REFUSAL = ("too many questions", "not active", "rejected", "timed out", "shutting down", "deactivated",
+           "cannot answer within")
 
 
 def _rss_mb(pid: int) -> float:

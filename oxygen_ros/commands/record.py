@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         rclpy.try_shutdown()
     counts = ", ".join(f"{name} {n}" for name, n in rec.counts.items())
     print(f"bag closed: {rec.path} ({counts})", flush=True)
-    return 0
+    from oxygen_ros.fast_exit import exit_now
+
+    exit_now(0)         # everything is closed: skip the interpreter's slow teardown
 
 
 def _drain(executor, rec, quiet_s: float = 0.2, limit_s: float = 3.0) -> None:

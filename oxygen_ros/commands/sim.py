@@ -98,4 +98,6 @@ def run(args: argparse.Namespace) -> int:
         executor.shutdown(timeout_sec=1.0)
         node.destroy_node()
         rclpy.try_shutdown()
-    return 0
+    from oxygen_ros.fast_exit import exit_now
+
+    exit_now(0)         # everything is closed: skip the interpreter's slow teardown

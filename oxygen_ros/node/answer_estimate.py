@@ -36,6 +36,7 @@ class AnswerEstimator:
         self._lock = threading.Lock()
         self._backlog: Backlog | None = None
         self._started = None             # when the running (or last) frame started
+        self._gap_from = None            # the start the next frame's interval is measured from
         self._interval = period_s
         self.refused = 0
         self.last: Estimate | None = None
@@ -44,10 +45,16 @@ class AnswerEstimator:
         """The frame loop, right after handing the frame's requests to the engine."""
         now = self._clock()
         with self._lock:
-            if self._started is not None:
-                gap = max(now - self._started, self._period_s)
+            if self._gap_from is not None:
+                gap = max(now - self._gap_from, self._period_s)
                 self._interval = (1 - SMOOTHING) * self._interval + SMOOTHING * gap
-            self._backlog, self._started = backlog, now
+            self._backlog, self._started, self._gap_from = backlog, now, now
+
+    def no_frame(self) -> None:
+        """A tick made no frame (inputs not usable, a failure): the gap until the next frame
+        is a stall, not the frame rate, so it is not measured."""
+        with self._lock:
+            self._gap_from = None
 
     def estimate(self, tokens: int, ahead: list[int], stalled: str = "") -> Estimate:
         """Seconds until a question of `tokens` answer tokens, behind `ahead` (questions not

@@ -46,6 +46,8 @@ class FrameLoop:
                 log("control_loop").error(
                     f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
                     throttle_duration_sec=LOG_THROTTLE_S)
+            if not ran:
+                rt.answers.no_frame()
             if clock is None:
                 if not ran:
                     self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin

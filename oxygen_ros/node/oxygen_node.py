@@ -26,10 +26,13 @@ This module keeps the lifecycle and what configure builds (Runtime); the rest, b
 """
 from __future__ import annotations
 
+import faulthandler
 import gc
+import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -57,6 +60,7 @@ from .frame_loop import FrameLoop
 from .input_monitor import InputMonitor
 from .joint_space import JointSpace
 from .logs import ChildLoggers
+from ..fast_exit import exit_now
 from .answer_estimate import AnswerEstimator
 from .loop_stats import LoopStats
 from .memory_log import MemoryLog
@@ -290,25 +294,31 @@ class OxygenNode(LifecycleNode):
         self._state = "unconfigured"
         return SUCCESS
 
-    def close(self) -> None:
-        """Stop the loop, fail waiting questions, free the model and entities (idempotent)."""
-        self._stop_loop()
+    def close(self, join_s: float = 30.0) -> bool:
+        """Stop the loop, fail waiting questions, free the model and entities (idempotent).
+        False when the loop was still mid-frame after `join_s`: then nothing is freed (the
+        frame holds it), which only a process about to exit may accept."""
+        stopped = self._stop_loop(join_s)
         if self._rt is not None:
             self._rt.board.fail_all("the node is shutting down")
-        self._release()
+        if stopped:
+            self._release()
+        return stopped
 
     def autostart(self) -> None:
         self.trigger_configure()
         if self._state == "inactive":
             self.trigger_activate()
 
-    def _stop_loop(self) -> None:
+    def _stop_loop(self, join_s: float = 30.0) -> bool:
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=30.0)
+            thread.join(timeout=join_s)
             if thread.is_alive():
-                self.get_logger().error("the control loop did not stop within 30 s")
+                self.get_logger().warning(f"the control loop is still mid-frame after {join_s:g} s")
+                return False
+        return True
 
     def _release(self) -> None:
         rt, self._rt = self._rt, None
@@ -354,10 +364,19 @@ def spin(executor: MultiThreadedExecutor) -> None:
                 raise
 
 
+# On a signal, the frame in progress gets this long to finish; then the process ends
+# without it (nothing it would still publish matters once the node is going away).
+STOP_JOIN_S = 1.0
+
+
 def main(argv=None) -> int:
+    """Run the node until a signal or a shutdown transition; exits the process (0, or 1 on
+    an error, whose traceback is printed)."""
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stuck node is stuck
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     rclpy.init(args=sys.argv if argv is None else argv)
-    node = None
+    node, code = None, 0
     try:
         node = OxygenNode()
         executor = MultiThreadedExecutor(num_threads=node.executor_threads)
@@ -367,12 +386,15 @@ def main(argv=None) -> int:
         spin(executor)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:  # noqa: BLE001 - reported, then the same fast exit with status 1
+        traceback.print_exc()
+        code = 1
     finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+        if node is None or node.close(STOP_JOIN_S):
+            if node is not None:
+                node.destroy_node()
+            rclpy.try_shutdown()
+    exit_now(code)      # the interpreter's teardown would add a second or more
 
 
 if __name__ == "__main__":
