@@ -315,8 +315,8 @@ def test_deltas_merge_to_one_chunk_per_request_per_frame():
 
 def test_answer_prompt_drops_the_oldest_memory_until_it_fits():
     log = MemoryLog(3)
-    for text in ["one", "two  words", "three", "four"]:
-        log.add(text)
+    dropped = [log.add(text) for text in ["one", "two  words", "three", "  ", "four"]]
+    assert dropped == [False, False, False, False, True]      # "four" pushed "one" out of the bound
     assert log.entries() == ["two words", "three", "four"]
     tpl = "M:\n{memory}\nQ: {question}\nA:"
     assert log.answer_prompt(tpl, "why?", len, 100) == "M:\n- two words\n- three\n- four\nQ: why?\nA:"

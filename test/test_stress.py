@@ -305,17 +305,21 @@ def test_signals_mid_frame_stop_node_sim_and_recorder_cleanly(sig, tmp_path):
     with node_processes() as start:
         node = start(autostart=True)
         py = [sys.executable, "-m", "oxygen_ros.cli"]
+        logs = {name: tmp_path / f"{name}.log" for name in ("sim", "recorder")}
         sim = subprocess.Popen([*py, "sim", "--params", "config/tiny.yaml", "--namespace", node.namespace,
                                 "--image-size", "64", "--quiet"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=open(logs["sim"], "w"), stderr=subprocess.STDOUT)
         bag = tmp_path / "bag"
         rec = subprocess.Popen([*py, "record", "--out", str(bag), "--namespace", node.namespace,
                                 "--params", "config/tiny.yaml", "--quiet"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=open(logs["recorder"], "w"), stderr=subprocess.STDOUT)
         try:
+            # all three up: the node active, the sim publishing, the recorder matched (a fixed
+            # sleep after the node alone once left the bag empty: the sim had not started yet)
             end = time.monotonic() + 60
-            while "policy I/O" not in node.log() or "active:" not in node.log():
-                assert time.monotonic() < end, node.log()
+            while not ("active:" in node.log() and "sim: " in logs["sim"].read_text()
+                       and "recorder matched" in logs["recorder"].read_text()):
+                assert time.monotonic() < end, (node.log(), {n: f.read_text() for n, f in logs.items()})
                 time.sleep(0.2)
             time.sleep(3.0)                               # frames running, chunks being recorded
             codes = {}
@@ -326,7 +330,7 @@ def test_signals_mid_frame_stop_node_sim_and_recorder_cleanly(sig, tmp_path):
             for proc in (sim, rec):
                 if proc.poll() is None:
                     proc.kill()
-        outputs = {"sim": sim.stdout.read(), "recorder": rec.stdout.read()}
+        outputs = {name: f.read_text() for name, f in logs.items()}
     assert codes == {"node": 0, "sim": 0, "recorder": 0}, (codes, outputs)
     with AnyReader([bag]) as reader:
         topics = {c.topic: c.msgcount for c in reader.connections}

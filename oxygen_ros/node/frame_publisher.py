@@ -88,6 +88,9 @@ class FramePublisher:
         if rt.stream_live.get(d.stream) == d.request_id:
             rt.stream_live[d.stream] = None     # the stream may start its next request
         if d.stream == "memory" and not d.error:
-            rt.memory.add(d.full_text)
+            if rt.memory.add(d.full_text):
+                self._node.log_for("memory").info(
+                    f"memory log full: the latest {rt.p['memory_log_size']} entries are kept (memory_log_size), "
+                    "older ones are dropped", once=True)
         elif d.stream == "answer":
             rt.board.finish(d.request_id, d.full_text, d.error)   # wakes the waiting caller

@@ -25,11 +25,15 @@ class MemoryLog:
         self._entries: collections.deque[str] = collections.deque(maxlen=size)
         self._lock = threading.Lock()
 
-    def add(self, text: str) -> None:
+    def add(self, text: str) -> bool:
+        """Keep `text` (whitespace collapsed); True when the oldest entry fell out to make room."""
         text = " ".join(text.split())
-        if text:
-            with self._lock:
-                self._entries.append(text)
+        if not text:
+            return False
+        with self._lock:
+            full = len(self._entries) == self._entries.maxlen
+            self._entries.append(text)
+            return full
 
     def entries(self) -> list[str]:
         with self._lock:
