@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -173,7 +174,8 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
     reasons = {}
     for _, _, ok, error in answers:
         if not ok:
-            key = error.split("(")[0].split(";")[0].strip()[:60]
+            # "cannot answer within N s", "timed out after N s ...", "too many questions in flight"
+            key = re.sub(r"\d+(\.\d+)?", "N", error.split(":")[0].split("(")[0].split(";")[0]).strip()[:60]
             reasons[key] = reasons.get(key, 0) + 1
     frames = [m for s, m, _ in timings if s >= t0]
     mem = [m for _, m in rss if m is not None]
@@ -182,6 +184,8 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
         "chunk_interval_p99_s": percentile(gaps, 99), "frames": len(frames),
         "deadline_misses": sum(frames), "deadline_miss_fraction": sum(frames) / max(1, len(frames)),
         "answers": len(answers), "answers_failed": sum(not ok for _, _, ok, _ in answers),
+        # accepted, then no answer in time: what the deadline rule (docs/node.md, Questions) avoids
+        "timed_out_after_acceptance": sum(not ok and error.startswith("timed out") for _, _, ok, error in answers),
         "failure_reasons": reasons,
         "answer_latency_p50_s": percentile(lat, 50), "answer_latency_p99_s": percentile(lat, 99),
         "rss_first_mb": mem[0] if mem else None, "rss_last_mb": mem[-1] if mem else None,
