@@ -98,7 +98,6 @@ from .action_stats import MASK_THRESHOLD, RobotStats, find_action_config, parse_
 
 STATE_DIM = 32
 ACTION_DIM = 32
-DEFAULT_HORIZON = 30                         # config.action_length of the released checkpoints
 PREPROCESSOR_FILE = "preprocessor_config.json"
 CONFIG_FILE = "config.json"
 VIEW_LABELS = ("Base View", "Left-Wrist View")
