@@ -5,8 +5,9 @@ Each round starts the node (a params file, autostart), the simulated robot, `oxy
 and, with --busy, a process spinning on one core; once chunks are being recorded it waits a
 random part of a frame and sends the signal to the node, the sim and the recorder at once.
 A round passes when all three exit 0 within --limit seconds and the bag opens (rounds whose
-node had no frame yet, its inputs still being discovered, are counted apart). A node still running after --hang-s gets SIGUSR1 first (it dumps every
-thread's stack to its log: faulthandler), then SIGKILL; the log is kept under --out.
+node had no frame yet, its inputs still being discovered, are counted apart). A node still
+running after --hang-s gets SIGUSR1 first (it dumps every thread's stack to its log:
+faulthandler), then SIGKILL; the log is kept under --out.
 
     .venv/bin/python scripts/stop_stress.py --rounds 100            # 100 SIGINT + 100 SIGTERM
     .venv/bin/python scripts/stop_stress.py --rounds 5 --no-busy
