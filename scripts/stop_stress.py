@@ -2,8 +2,8 @@
 """Stop stress (not in CI): SIGINT and SIGTERM to oxygen_node mid-frame, over and over.
 
 Each round starts the node (a params file, autostart), the simulated robot, `oxygen record`
-and, with --busy, a process spinning on one core; once chunks are being recorded it waits a
-random part of a frame and sends the signal to the node, the sim and the recorder at once.
+and, with --busy, a process spinning on one core; once all three have started it waits a few
+seconds plus a random part of a frame and signals the node, the sim and the recorder at once.
 A round passes when all three exit 0 within --limit seconds and the bag opens (rounds whose
 node had no frame yet, its inputs still being discovered, are counted apart). A node still
 running after --hang-s gets SIGUSR1 first (it dumps every thread's stack to its log:
