@@ -146,7 +146,7 @@ SPECS = [
     Spec("narration_topic", "narration", "configure", "TextChunk stream of narrations."),
     Spec("memory_topic", "memory", "configure", "TextChunk stream of memory entries (transient-local)."),
     Spec("answer_topic", "answer", "configure", "TextChunk stream of answers to progress questions."),
-    # -- policy I/O (engine/policy_io; docs/pi05.md) ---------------------------------------
+    # -- policy I/O (each family's processor.py, engine/policy_io; docs/pi05.md) -------------
     Spec("policy_io", "auto", "configure",
          "Robot <-> model conventions: auto (pi05 checkpoints: their own, openpi or lerobot; "
          "an xr0 checkpoint: xr0; otherwise limits) | limits | openpi | lerobot | xr0 "

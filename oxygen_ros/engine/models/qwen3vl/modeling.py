@@ -5,7 +5,7 @@ interface (VLAModel's: observation prefix, prefill, sample_actions, extend, deco
 What differs from pi0.5 and how it stays exact under OxyGen:
 - the prefix is a `Prefix` (embeddings plus their (t, h, w) positions, rope_delta, the
   image rows and DeepStack features, and the state the action head reads), built from
-  the camera frames at whatever size each camera sends (engine/policy_io/qwen3vl_images);
+  the camera frames at whatever size each camera sends (models/qwen3vl/image_processing.py);
 - every request's position offset (rope_delta) lives in the KV pool (KVPool.offsets):
   prefill writes it to the prefix's slot, a fork or a move carries it with the K/V, and
   extend and decode add each row's own, so requests admitted in different frames with
