@@ -112,6 +112,9 @@ def test_a_language_only_model_says_so_when_asked_for_actions(plain):
     for engine in (OxygenEngine, IsolatedRunner):
         with pytest.raises(ValueError, match="no action head.*greedy_generate"):
             engine(model, tok)
+    # the profile that drives a robot refuses the head-less checkpoint, naming the one that loads it
+    with pytest.raises(ValueError, match="without an action head.*qwen3vl profile loads"):
+        load_model("xr0", checkpoint=str(d))
 
 
 # -- 2. a prompt of token ids with image placeholders ----------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from ..qwen3vl.checkpoint import (HeadLayout, checkpoint_kind as _kind, inspect_qwen3vl_checkpoint, load_qwen3vl,
-                                  read_qwen3vl_checkpoint)
+                                  read_config, read_qwen3vl_checkpoint)
 from ..qwen3vl.errors import Qwen3VLCheckpointError
 from .head import XR0HeadConfig
 
@@ -63,11 +63,7 @@ def load_xr0(path, tokenizer_path: str | None = None, dtype: str = "float32", de
     """(Qwen3VLVLA, Qwen3VLTokenizer) of an XR-0 checkpoint directory (load_qwen3vl with XR-0's
     layout; `resize_mode` pil = the slow processor the deploy code loads). A Qwen3-VL
     checkpoint without the head is refused: the xr0 profile drives a robot."""
-    from pathlib import Path
-    import json
-
-    config_file = Path(path) / "config.json"
-    if config_file.is_file() and not is_xr0(json.loads(config_file.read_text(encoding="utf-8"))):
+    if read_config(path, LAYOUTS)[2] != "xr0":
         raise Qwen3VLCheckpointError(f"{path}: a Qwen3-VL checkpoint without an action head; the xr0 profile "
                                      "needs a Xiaomi-Robotics-0 checkpoint (MiBoTForActionGeneration); the "
                                      "qwen3vl profile loads a plain Qwen3-VL checkpoint for language")
