@@ -143,10 +143,16 @@ def main() -> int:
     (out / "soak_demo.json").write_text(json.dumps(report, indent=2))
     plot(report, out / "soak_demo.png")
     o = report["overall"]
+
+    def f(key, fmt=".1f"):            # a figure, or "-" where the run was too short to have it
+        return "-" if o[key] is None else format(o[key], fmt)
+
     print(f"soak: {o['minutes']:.1f} min at {rate:g} Hz: {o['chunks']} chunks, {o['deadline_misses']} deadline "
-          f"misses ({100 * o['deadline_miss_fraction']:.2f}%), p99 chunk interval {o['chunk_interval_p99_s']:.2f} s, "
-          f"{o['answers']} questions ({o['answers_failed']} not answered: {o['failure_reasons']}), answer latency p50 {o['answer_latency_p50_s']:.1f} s "
-          f"p99 {o['answer_latency_p99_s']:.1f} s, node RSS {o['rss_first_mb']:.0f} -> {o['rss_last_mb']:.0f} MB")
+          f"misses ({100 * o['deadline_miss_fraction']:.2f}%), p99 chunk interval {f('chunk_interval_p99_s', '.2f')} s, "
+          f"{o['answers']} questions ({o['answers_failed']} not answered: {o['failure_reasons']}; "
+          f"{o['timed_out_after_acceptance']} timed out after acceptance), answer latency p50 "
+          f"{f('answer_latency_p50_s')} s p99 {f('answer_latency_p99_s')} s, node RSS {f('rss_first_mb', '.0f')} -> "
+          f"{f('rss_last_mb', '.0f')} MB")
     print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
     if died:
         print(f"FAILED: {', '.join(died)} exited during the run (logs in {children.log_dir})")
