@@ -169,10 +169,11 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
         gaps = [b - a for a, b in zip(cs, cs[1:])]
         fr = [m for s, m, _ in timings if t <= s < u]
         ans = [lat for s, lat, ok, _ in answers if t <= s < u and ok]
+        refused = sum(1 for s, _, ok, _ in answers if t <= s < u and not ok)
         mem = [m for s, m in rss if t <= s < u and m is not None]
         buckets.append({"t_min": (t - t0) / 60, "chunks": len(cs), "chunk_interval_p99_s": percentile(gaps, 99),
                         "frames": len(fr), "deadline_misses": sum(fr),
-                        "answers": len(ans), "answer_latency_mean_s": sum(ans) / len(ans) if ans else None,
+                        "answers": len(ans), "not_answered": refused, "answer_latency_mean_s": sum(ans) / len(ans) if ans else None,
                         "answer_latency_max_s": max(ans, default=None), "rss_mb": mem[-1] if mem else None})
         t = u
     gaps = [b - a for a, b in zip(chunks, chunks[1:])]
@@ -206,9 +207,10 @@ def plot(report: dict, path: Path) -> None:
 
     b = report["buckets"]
     t = [x["t_min"] for x in b]
-    fig, ax = plt.subplots(4, 1, figsize=(10, 9), sharex=True)
+    fig, ax = plt.subplots(5, 1, figsize=(10, 11), sharex=True)
     series = [("node RSS (MB)", "rss_mb"), ("deadline misses per bucket", "deadline_misses"),
-              ("p99 chunk interval (s)", "chunk_interval_p99_s"), ("answer latency mean, answered (s)", "answer_latency_mean_s")]
+              ("p99 chunk interval (s)", "chunk_interval_p99_s"), ("answer latency mean, answered (s)", "answer_latency_mean_s"),
+              ("questions not answered\n(refused or timed out)", "not_answered")]
     for a, (label, key) in zip(ax, series):
         a.plot(t, [x[key] if x[key] is not None else float("nan") for x in b], marker="o")
         a.set_ylabel(label, fontsize=8)
