@@ -20,11 +20,15 @@ PERIOD_S = 0.1   # config/tiny.yaml: control_rate_hz 10
 
 class Driver:
     def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0, cameras=None,
-                 trajectory_topics=()):
+                 trajectory_topics=(), plays=("cameras", "joints"), use_sim_time: bool = False,
+                 image_shape=(48, 64)):
         """cameras: [(topic, message class, first message)] instead of CAMERA_TOPICS with
         random sensor_msgs/Image; the scenario may then set good_images[i], what camera i sends.
         trajectory_topics: further JointTrajectory topics to record (relative to the
-        namespace) into expert_chunks[topic]."""
+        namespace) into expert_chunks[topic]. plays: the inputs this driver publishes (the
+        others start "off": a test may run cameras and joint states in separate processes);
+        use_sim_time: stamp them on /clock's time, as a simulator or a played bag does;
+        image_shape: (height, width) of the images (the node keeps a camera's first size)."""
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from lifecycle_msgs.srv import ChangeState, GetState
@@ -32,6 +36,7 @@ class Driver:
         from oxygen_msgs.srv import AskProgress
         from rcl_interfaces.srv import SetParameters
         from rclpy.executors import SingleThreadedExecutor
+        from rclpy.parameter import Parameter
         from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
         from sensor_msgs.msg import Image, JointState
         from trajectory_msgs.msg import JointTrajectory
@@ -41,13 +46,14 @@ class Driver:
         rclpy.init()
         self.rclpy = rclpy
         self.ns, self.fqn = namespace, f"{namespace}/oxygen_node"
-        self.node = node = rclpy.create_node(unique_name("oxygen_test_driver"))
+        self.node = node = rclpy.create_node(unique_name("oxygen_test_driver"), parameter_overrides=[
+            Parameter("use_sim_time", value=use_sim_time)])
         self.lock = threading.Lock()
         # -- the robot
-        self.mode = {i: "good" for i in range(len(cameras or CAMERA_TOPICS))}
-        self.mode["joints"] = "good"
+        self.mode = {i: "good" if "cameras" in plays else "off" for i in range(len(cameras or CAMERA_TOPICS))}
+        self.mode["joints"] = "good" if "joints" in plays else "off"
         rng = np.random.default_rng(0)
-        self.good_images = [rgb_to_image(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), enc)
+        self.good_images = [rgb_to_image(rng.integers(0, 256, (*image_shape, 3), dtype=np.uint8), enc)
                             for enc in ("rgb8", "bgr8", "mono8")]
         if cameras is None:
             cameras = [(t, Image, img) for t, img in zip(CAMERA_TOPICS, self.good_images)]

@@ -274,9 +274,28 @@ def test_ros_time_jumping_back_is_detected_and_reported():
     m = InputMonitor(["cam"], max_age_s=10.0, hold_s=1.0, clock=clock)
     assert m.note_ros_time(10_000_000_000) == 0.0
     assert m.note_ros_time(11_000_000_000) == 0.0
-    assert m.note_ros_time(6_000_000_000) == pytest.approx(5.0)
+    assert m.note_ros_time(6_000_000_000) == pytest.approx(-5.0)
     assert m.clock_jumps == 1
     assert any("ROS time jumped back by 5.000 s" in p for p in m.snapshot().problems)
+
+
+def test_ros_time_jumping_forward_ages_the_inputs_received_before_it():
+    """ROS time gaining more than max_age_s on the monotonic clock is a jump: the inputs
+    then count as that much older (on the new time line they are); a smaller gain (a sim
+    faster than real time) and a sim clock not started yet (0) are not jumps."""
+    clock = FakeClock()
+    m = InputMonitor(["cam"], max_age_s=0.5, hold_s=1.0, clock=clock)
+    assert m.note_ros_time(0) == 0.0 and m.note_ros_time(10_000_000_000) == 0.0
+    m.accept("cam", "img")
+    clock.t += 0.1
+    assert m.note_ros_time(10_400_000_000) == 0.0 and m.snapshot().usable       # +0.3 s: not a jump
+    clock.t += 0.1
+    assert m.note_ros_time(15_500_000_000) == pytest.approx(5.0)
+    snap = m.snapshot()
+    assert not snap.usable and snap.ages["cam"] == pytest.approx(5.2)
+    assert any("ROS time jumped forward by 5.000 s" in p for p in snap.problems), snap.problems
+    m.accept("cam", "new")                                # received after the jump: fresh
+    assert m.snapshot().usable and m.clock_jumps == 1
 
 
 # -- ticks -----------------------------------------------------------------------------------

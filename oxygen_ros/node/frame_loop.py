@@ -69,10 +69,14 @@ class FrameLoop:
         node, rt, log = self._node, self._rt, self._node.log_for
         now = node.get_clock().now()
         tick_mono = time.monotonic()
-        back = rt.monitor.note_ros_time(now.nanoseconds)
-        if back:
+        jump = rt.monitor.note_ros_time(now.nanoseconds)
+        if jump < 0:
             log("clock").warning(
-                f"ROS time jumped back by {back:.3f} s; observation ages use the monotonic clock",
+                f"ROS time jumped back by {-jump:.3f} s; observation ages use the monotonic clock",
+                throttle_duration_sec=LOG_THROTTLE_S)
+        elif jump > 0:
+            log("clock").warning(
+                f"ROS time jumped forward by {jump:.3f} s; the inputs received before it are that much older",
                 throttle_duration_sec=LOG_THROTTLE_S)
         live = node_params.read(node, node_params.LIVE)   # live parameters apply from this frame
         rt.monitor.max_age_s = live["max_observation_age_s"]

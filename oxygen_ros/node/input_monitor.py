@@ -46,7 +46,7 @@ class InputMonitor:
         self.hold_s = hold_s                  # how long a rejection stays in the problem list
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_ros_ns = None
+        self._last_tick = (None, 0.0)         # (ROS ns, monotonic s) of the latest tick
         self.clock_jumps = 0
         self._clock_problem = ("", -1e9)
 
@@ -77,15 +77,33 @@ class InputMonitor:
         self.reject(name, problem)
 
     def note_ros_time(self, now_ns: int) -> float:
-        """Record the ROS time of a tick; returns how far it jumped back (0.0 if it did not)."""
+        """Record the ROS time of a tick; returns how far it jumped (negative: back; 0.0 if it
+        did not). Forward, a jump is ROS time gaining more than max_age_s on the monotonic
+        clock since the last tick (less is a sim faster than real time, a slewing clock).
+        Every input received so far then ages by that gain: on the new time line it is that
+        much older, and a chunk from it would be stamped that far in the past (without this,
+        a jump between max_age_s and the chunk's span let a stale observation act).
+        ROS time 0 is a sim clock that has not started: nothing to compare with."""
+        if now_ns == 0:
+            return 0.0
         with self._lock:
-            last, self._last_ros_ns = self._last_ros_ns, now_ns
-            if last is None or now_ns >= last:
+            mono = self._clock()
+            (last, last_mono), self._last_tick = self._last_tick, (now_ns, mono)
+            if last is None:
                 return 0.0
-            back = (last - now_ns) / 1e9
+            jump = (now_ns - last) / 1e9
+            if jump >= 0:
+                jump -= mono - last_mono
+                if jump <= self.max_age_s:
+                    return 0.0
+                for i in self._inputs.values():
+                    i.latency_s += jump
+                    if i.previous is not None:
+                        i.previous = (*i.previous[:3], i.previous[3] + jump)
             self.clock_jumps += 1
-            self._clock_problem = (f"ROS time jumped back by {back:.3f} s", self._clock())
-            return back
+            self._clock_problem = (f"ROS time jumped {'back' if jump < 0 else 'forward'} by {abs(jump):.3f} s",
+                                   mono)
+            return jump
 
     def counts(self) -> dict:
         with self._lock:
