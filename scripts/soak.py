@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Soak benchmark (not in CI): the demo profile for 10 minutes with a question every few seconds.
+"""Soak benchmark (not in CI): the demo profile for an hour with a question every few seconds.
 
-Starts the simulated robot and oxygen_node (config/demo.yaml, at the rate this machine
-holds: tools/demo_rate.py) as child processes, asks ~/ask_progress every --ask-every
-seconds, and per --bucket seconds records the node's RSS, deadline misses, the p99
-interval between action chunks, and answer latencies. Writes JSON and a PNG:
+Starts the simulated robot, oxygen_node (config/demo.yaml, at the rate this machine holds:
+tools/demo_rate.py, or --rate) and `oxygen record` as child processes, asks ~/ask_progress
+every --ask-every seconds, and per --bucket seconds records the node's RSS, deadline
+misses, the p99 interval between action chunks, and answer latencies. At the end it
+checks that the bag reads to its end. Writes JSON and a PNG:
 
-    .venv/bin/python scripts/soak.py                       # 10 min -> docs/results/soak_demo.{json,png}
+    .venv/bin/python scripts/soak.py --minutes 60          # -> docs/results/soak_demo.{json,png}
+    .venv/bin/python scripts/soak.py --params config/tiny.yaml --rate 10 --minutes 10 --name soak_tiny
     .venv/bin/python scripts/soak.py --minutes 2 --out /tmp/soak
+
+A question's timeout (--timeout 0, the default) is two full answers' time at the chosen
+rate (answer_max_tokens / steps_per_frame frames each, one answering ahead): at a rate
+lowered to what a slow CPU holds, a fixed 30 s would refuse every question.
+RSS growth is reported after a warm-up (the first sixth of the run, --warmup-minutes).
 
 DDS stays on this machine (localhost only, a random domain).
 """
@@ -16,6 +23,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -49,8 +57,15 @@ def main() -> int:
     ap.add_argument("--params", default=str(ROOT / "config" / "demo.yaml"))
     ap.add_argument("--ask-every", type=float, default=5.0, help="seconds between questions")
     ap.add_argument("--bucket", type=float, default=30.0, help="seconds per reported interval")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder for soak_demo.{json,png}")
+    ap.add_argument("--rate", type=float, default=0.0, help="control rate (Hz); 0: measure what this machine holds")
+    ap.add_argument("--timeout", type=float, default=0.0,
+                    help="each question's timeout_s; 0: two full answers' time at the chosen rate (at least 30 s)")
+    ap.add_argument("--warmup-minutes", type=float, default=None, help="left out of the RSS growth (default: a sixth)")
+    ap.add_argument("--record", action=argparse.BooleanOptionalAction, default=True, help="run `oxygen record` too")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder for NAME.{json,png}")
+    ap.add_argument("--name", default="soak_demo", help="file name of the figures")
     args = ap.parse_args()
+    warmup_s = 60.0 * (args.minutes / 6 if args.warmup_minutes is None else args.warmup_minutes)
     os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
                       ROS_DOMAIN_ID=str(random.SystemRandom().randint(1, 100)), PYTHONUNBUFFERED="1")
 
@@ -79,9 +94,19 @@ def main() -> int:
                                      "--image-size", "128", "--camera-hz", f"{sim_camera_hz(configured):g}"])
         if not sim.wait_for_line("sim: ", 60.0):
             raise SystemExit("the simulated robot did not start:\n" + sim.log_tail())
-        print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
-        rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
-        print(f"control rate {rate:g} Hz (params file {configured:g} Hz)", flush=True)
+        if args.rate > 0:
+            rate = args.rate
+        else:
+            print("measuring the rate this machine holds (beside the running sim, as the demo does) ...", flush=True)
+            rate = holdable_rate_hz(measure_frame_ms(params, 128), configured)
+        timeout = args.timeout or question_timeout_s(params, rate)
+        print(f"control rate {rate:g} Hz (params file {configured:g} Hz); questions every {args.ask_every:g} s "
+              f"with timeout_s {timeout:.0f}", flush=True)
+        bag = ROOT / "out" / f"{args.name}_bag"           # out/ is git-ignored
+        if args.record:
+            shutil.rmtree(bag, ignore_errors=True)
+            children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(bag),
+                                        "--params", args.params, "--quiet"])
         node_child = children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file",
                                              args.params, "-p", "autostart:=true", "-p", f"control_rate_hz:={rate!r}"])
     except BaseException:                  # Ctrl-C while measuring: no child outlives the script
@@ -115,7 +140,7 @@ def main() -> int:
             if now >= next_ask and client.service_is_ready():
                 next_ask += args.ask_every
                 sent = now
-                future = client.call_async(AskProgress.Request(question="what have you done?", timeout_s=30.0))
+                future = client.call_async(AskProgress.Request(question="what have you done?", timeout_s=timeout))
                 future.add_done_callback(lambda f, s=sent: answers.append(
                     (s, time.monotonic() - s, bool(f.result().success), f.result().error)))
             if now >= next_rss:
@@ -135,13 +160,15 @@ def main() -> int:
         executor.shutdown(timeout_sec=2.0)
         node.destroy_node()
         rclpy.try_shutdown()
-        codes = children.stop_all(["node", "sim"])
+        codes = children.stop_all(["node", "recorder", "sim"] if args.record else ["node", "sim"])
     if t0 is None:                         # interrupted before the first chunk: nothing measured
         return 130
-    report = summarise(t0, end, args.bucket, rate, chunks, timings, answers, rss, codes)
+    report = summarise(t0, end, args.bucket, rate, chunks, timings, answers, rss, codes, warmup_s)
     report["died_early"] = died
-    (out / "soak_demo.json").write_text(json.dumps(report, indent=2))
-    plot(report, out / "soak_demo.png")
+    report["question_timeout_s"] = timeout
+    report["bag"] = read_bag(bag) if args.record else None
+    (out / f"{args.name}.json").write_text(json.dumps(report, indent=2))
+    plot(report, out / f"{args.name}.png", Path(args.params).stem)
     o = report["overall"]
 
     def f(key, fmt=".1f"):            # a figure, or "-" where the run was too short to have it
@@ -152,14 +179,43 @@ def main() -> int:
           f"{o['answers']} questions ({o['answers_failed']} not answered: {o['failure_reasons']}; "
           f"{o['timed_out_after_acceptance']} timed out after acceptance), answer latency p50 "
           f"{f('answer_latency_p50_s')} s p99 {f('answer_latency_p99_s')} s, node RSS {f('rss_first_mb', '.0f')} -> "
-          f"{f('rss_last_mb', '.0f')} MB")
-    print(f"wrote {out / 'soak_demo.json'} and {out / 'soak_demo.png'}")
+          f"{f('rss_last_mb', '.0f')} MB, growth after warm-up {f('rss_growth_after_warmup_mb', '+.0f')} MB")
+    b = report["bag"]
+    if b is not None:
+        print("bag: " + (b.get("error") or f"{b['messages']} messages over {b['span_s']:.0f} s, "
+                                           f"the last chunk {b['chunks_until_end_s']:.1f} s before its end"))
+    print(f"wrote {out / (args.name + '.json')} and {out / (args.name + '.png')}")
     if died:
         print(f"FAILED: {', '.join(died)} exited during the run (logs in {children.log_dir})")
-    return 1 if died else 130 if interrupted else 0
+    return 1 if died or (b and b.get("error")) else 130 if interrupted else 0
 
 
-def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> dict:
+def question_timeout_s(params: dict, rate: float) -> float:
+    """Two full answers' time at `rate`: one answering ahead, then this one (at least 30 s)."""
+    frames = -(-int(params["answer_max_tokens"]) // max(1, int(params["steps_per_frame"])))
+    return max(30.0, 2.0 * (frames + 1) / rate)
+
+
+def read_bag(path: Path) -> dict:
+    """The bag read to its end: message count, span, and how close to its end the last chunk is."""
+    from rosbags.highlevel import AnyReader
+
+    try:
+        with AnyReader([path]) as reader:
+            count, last_chunk, last = 0, None, None
+            for conn, stamp, _raw in reader.messages():
+                count, last = count + 1, stamp
+                if conn.topic.endswith("joint_trajectory"):
+                    last_chunk = stamp
+            span = (reader.end_time - reader.start_time) / 1e9
+    except Exception as exc:               # unreadable: that is the finding
+        return {"error": f"bag unreadable: {exc}"}
+    if last_chunk is None:
+        return {"messages": count, "error": "no chunk in the bag"}
+    return {"messages": count, "span_s": span, "chunks_until_end_s": (last - last_chunk) / 1e9}
+
+
+def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes, warmup_s=0.0) -> dict:
     chunks = [t for t in chunks if t >= t0]
     buckets = []
     t = t0
@@ -186,6 +242,7 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
             reasons[key] = reasons.get(key, 0) + 1
     frames = [m for s, m, _ in timings if s >= t0]
     mem = [m for _, m in rss if m is not None]
+    settled = [m for s, m in rss if m is not None and s >= t0 + warmup_s]
     return {"rate_hz": rate, "bucket_s": bucket, "exit_codes": codes, "buckets": buckets, "overall": {
         "minutes": (min(end, time.monotonic()) - t0) / 60, "chunks": len(chunks),
         "chunk_interval_p99_s": percentile(gaps, 99), "frames": len(frames),
@@ -196,10 +253,11 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes) -> di
         "failure_reasons": reasons,
         "answer_latency_p50_s": percentile(lat, 50), "answer_latency_p99_s": percentile(lat, 99),
         "rss_first_mb": mem[0] if mem else None, "rss_last_mb": mem[-1] if mem else None,
-        "rss_max_mb": max(mem, default=None)}}
+        "rss_max_mb": max(mem, default=None), "warmup_min": warmup_s / 60,
+        "rss_growth_after_warmup_mb": settled[-1] - settled[0] if len(settled) > 1 else None}}
 
 
-def plot(report: dict, path: Path) -> None:
+def plot(report: dict, path: Path, profile: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,7 +275,7 @@ def plot(report: dict, path: Path) -> None:
         a.grid(alpha=0.3)
     ax[2].axhline(1.0 / report["rate_hz"], color="gray", ls="--", lw=1)
     ax[-1].set_xlabel("minutes")
-    fig.suptitle(f"oxygen soak: demo profile at {report['rate_hz']:g} Hz, a question every few seconds")
+    fig.suptitle(f"oxygen soak: {profile} at {report['rate_hz']:g} Hz, a question every few seconds")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 

@@ -46,7 +46,7 @@ def test_kernel_floor_times_every_backbone_and_expert_weight():
     floor = KernelFloor(model, repeats=1)
 
     def packed_elements(key):
-        return sum(p.matrix.numel() for p in floor.products[key] if isinstance(p, Packed))
+        return sum(p.numel() for p in floor.products[key] if isinstance(p, Packed))
 
     norms = lambda layers: sum(p.numel() for n, p in layers.named_parameters() if "norm" in n)
     bb_layers, ex_layers = model.backbone.layers, model.expert.layers
@@ -82,7 +82,7 @@ def test_kernel_floor_passes_raise_the_peaks_they_beat(monkeypatch):
     monkeypatch.setattr(roofline, "STREAMING_MIN_BYTES", 0)    # tiny's weights are cache-sized
     floor = KernelFloor(model, repeats=1)
     seconds = floor.prefill(64)
-    elements = sum(p.matrix.numel() for p in floor.products["backbone"])
+    elements = sum(p.numel() for p in floor.products["backbone"])
     assert floor.best_gflops >= 2 * 64 * elements / seconds / 1e9 * 0.999
     raised = floor.raise_peaks(Peaks(gflops=1e-9, gbps=1e-9))
     assert raised.gflops == floor.best_gflops and raised.gbps == floor.best_gbps > 0

@@ -122,3 +122,98 @@ def test_packed_vision_encoder_matches_a_plain_reference():
             group.pack()
         assert enc.layers[0].self_attn._qkv.blocked is not None or not torch.backends.mkldnn.is_available()
         torch.testing.assert_close(enc(images), want, rtol=1e-4, atol=1e-4)
+
+
+def _lean_packed(width=8192):
+    a, b = _layers(width=width)
+    packed = Packed(a, b)
+    packed.pack(dense=False)
+    if packed.blocked is None:
+        pytest.skip("oneDNN is not available in this torch build")
+    return a, b, packed
+
+
+def test_lean_packing_keeps_one_copy_the_blocked_one():
+    a, b = _layers(width=8192)
+    weights = (a.weight.data_ptr(), b.weight.data_ptr())
+    x = torch.randn(3, 8192)
+    ref = [a(x).detach(), b(x).detach()]
+    packed = Packed(a, b)
+    packed.pack(dense=False)
+    if packed.blocked is None:
+        pytest.skip("oneDNN is not available in this torch build")
+    assert packed.matrix is None                                   # no packed dense matrix
+    assert (a.weight.data_ptr(), b.weight.data_ptr()) == weights    # the layers' own weights, untouched
+    for got, want in zip(packed.apply(x), ref):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+    assert packed.operands() is None                                # native code needs the dense matrix
+
+
+def test_lean_packing_sees_in_place_writes_and_replaced_weights():
+    a, b, packed = _lean_packed()
+    x = torch.randn(2, 8192)
+    with torch.no_grad():
+        a.weight.zero_()
+    assert torch.equal(packed.apply(x)[0], torch.zeros(2, 8)) and packed.blocked is None
+    a2, b2, packed2 = _lean_packed()
+    b2.weight = nn.Parameter(torch.ones(4, 8192))
+    torch.testing.assert_close(packed2.apply(x)[1], x.sum(-1, keepdim=True).expand(2, 4), rtol=1e-4, atol=1e-2)
+
+
+def test_lean_deep_copy_stays_lean():
+    _, _, packed = _lean_packed()
+    twin = copy.deepcopy(packed)
+    assert twin.matrix is None and twin.blocked is not None
+    x = torch.randn(2, 8192)
+    for got, want in zip(twin.apply(x), packed.apply(x)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _mapped_pages_kb(path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:   # a mapping's first line
+                inside = len(head) == 6 and head[5] == str(path)
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+def test_weights_mapped_from_a_file_go_back_to_it(tmp_path):
+    """A model whose weights are assigned from safetensors' mapped load_file (as the smol
+    loader does): after pack_weights the backbone's matrices are read only through their
+    blocked copies, every other mapped tensor is copied out, and the mapping's resident
+    pages are reclaimed; outputs do not change."""
+    from safetensors.torch import load_file, save_file
+    from oxygen_ros.engine.registry import get_config
+    from oxygen_ros.engine.layers.random_init import init_random
+    from oxygen_ros.engine.models.pi05.modeling import VLAModel
+    cfg = get_config("pi05-quarter")
+    model = init_random(VLAModel(cfg), seed=0).eval()
+    path = tmp_path / "backbone.safetensors"
+    save_file({k: v.contiguous() for k, v in model.backbone.state_dict().items()}, str(path))
+    ids, x = torch.tensor([[5, 17, 42, 7]]), torch.randn(1, 4, cfg.backbone.width)
+    with torch.inference_mode():
+        want = model.backbone.logits(model.backbone.embed(ids)), model.backbone.layers[0].mlp(x)
+    mapped = VLAModel(cfg)
+    mapped.load_state_dict(model.state_dict(), strict=True)
+    mapped.backbone.load_state_dict(load_file(str(path)), strict=True, assign=True)
+    with torch.no_grad():                                    # touch every page, as a first use does
+        sum(float(p.sum()) for p in mapped.backbone.parameters())
+    before = _mapped_pages_kb(path)
+    mapped.eval().pack_weights()
+    layer = mapped.backbone.layers[0]
+    assert layer.mlp._gate_up.blocked is not None and layer.mlp._gate_up.matrix is None
+    assert _mapped_pages_kb(path) < before / 4, (before, _mapped_pages_kb(path))
+    from oxygen_ros.engine.layers.mapped_weights import _file_mappings, _mapping_of
+    maps = _file_mappings()
+    assert _mapping_of(layer.mlp.up_proj.weight, maps) and _mapping_of(layer.self_attn.q_proj.weight, maps)
+    assert not _mapping_of(mapped.backbone.embed_tokens.weight, maps)    # looked up each step: copied out
+    assert not _mapping_of(layer.input_layernorm.weight, maps)
+    with torch.inference_mode():
+        got = mapped.backbone.logits(mapped.backbone.embed(ids)), layer.mlp(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

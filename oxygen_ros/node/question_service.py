@@ -15,6 +15,8 @@ from .questions import QuestionRejected
 if TYPE_CHECKING:
     from .oxygen_node import OxygenNode
 
+STALL_CHECK_S = 0.25     # how often a waiting caller looks whether frames have stopped
+
 
 def _stalled(rt) -> str:
     """Why frames are not running now ("" while they run): the latest reason a tick made no
@@ -60,11 +62,21 @@ def ask_progress(node: OxygenNode, request, response):
         return reply(error=str(e))
     if node.lifecycle_state != "active":          # deactivated meanwhile: nobody would answer
         rt.board.fail(q, f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
-    if not q.event.wait(timeout):
-        now = rt.answers.estimate(tokens, [], _stalled(rt))
+    deadline = t0 + timeout
+    while not q.event.wait(min(STALL_CHECK_S, max(0.0, deadline - time.monotonic()))):
+        left = deadline - time.monotonic()
+        stalled = _stalled(rt)
+        # frames stopped (an input died, a failure): once even resuming now could not finish
+        # the answer in time, say so now rather than at the deadline
+        if left > 0 and not (stalled and rt.answers.estimate(tokens, [], "").seconds > left):
+            continue
         # still on the board: never handed to the engine; else the engine keeps decoding it
         where = ("it was not started" if rt.board.withdraw(q)
                  else f"request {q.request_id} keeps streaming on the answer topic")
+        if left > 0:
+            return reply(error=f"cannot answer within {timeout:g} s any more: no frame is running ({stalled}); "
+                               f"{left:.1f} s left ({where}); at admission: {estimate.describe()}")
+        now = rt.answers.estimate(tokens, [], stalled)
         return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}); at admission: "
                            f"{estimate.describe()}; now: {now.describe()}")
     if q.error:

@@ -156,7 +156,7 @@ class KernelFloor:
         """Best wall time of one pass over the products of `key` with `rows` input rows each."""
         if (key, rows) not in self._cache:
             products = self.products[key]
-            inputs = [torch.randn(rows, p.matrix.shape[0] if isinstance(p, Packed) else p.in_features,
+            inputs = [torch.randn(rows, p.in_features,
                                   dtype=self.dtype, device=self.device) for p in products]
             calls = [(p.matmul if isinstance(p, Packed) else p, x) for p, x in zip(products, inputs)]
 
@@ -168,7 +168,7 @@ class KernelFloor:
             with torch.inference_mode():
                 seconds = _best_seconds(run, self.repeats)
             self._cache[key, rows] = seconds
-            elements = sum(p.matrix.numel() if isinstance(p, Packed) else p.weight.numel() for p in products)
+            elements = sum(p.numel() if isinstance(p, Packed) else p.weight.numel() for p in products)
             weight_bytes = elements * torch.finfo(self.dtype).bits // 8
             self.best_gflops = max(self.best_gflops, 2 * rows * elements / seconds / 1e9)
             if weight_bytes >= STREAMING_MIN_BYTES:

@@ -81,16 +81,21 @@ def onednn_enabled(t: torch.Tensor) -> bool:
 
 
 class Packed:
-    """Linear layers that read the same input, as one [in, sum(out)] matrix (+ one bias).
+    """Linear layers that read the same input, as one product (+ one bias).
 
     A row of activations times a contiguous [in, out] matrix streams the weights
     markedly faster on CPU than x @ W.T with W [out, in] (measured 16 vs 11 GB/s over
-    SmolLM2's layers), and one call replaces several. pack() re-homes the layers'
-    weights (and biases) as views into the packed tensors, so the dense weights are not
-    duplicated and loading through the parameters (copy_) keeps them current. On CPU
-    in fp32 a oneDNN-blocked copy is used as well (see ONEDNN_BATCH_HINT); it is dropped
-    if the matrix is modified later. If a weight is replaced by a new tensor (e.g. a
-    dtype change), matmul() notices and uses the layers directly.
+    SmolLM2's layers), and one call replaces several. On CPU in fp32 a oneDNN-blocked
+    copy is faster still (see ONEDNN_BATCH_HINT). pack() chooses the layout:
+    - dense=True: the layers' weights (and biases) are re-homed as views into one packed
+      [in, sum(out)] matrix (no second dense copy; loading through the parameters with
+      copy_ keeps it current), plus the blocked copy where oneDNN runs;
+    - dense=False: where oneDNN runs, the blocked copy is the only one the products read
+      and the layers keep their own weights untouched (so weights mapped from a file can
+      be left on disk, see mapped_weights.py); elsewhere as dense=True. For code that
+      needs no autograd and no native product (the backbone, the vision encoder).
+    The blocked copy is dropped if a weight is modified in place later, and if a weight
+    is replaced by a new tensor (e.g. a dtype change) matmul() uses the layers directly.
     """
 
     def __init__(self, *linears: nn.Module):   # nn.Linear, or a tied nn.Embedding
@@ -100,79 +105,94 @@ class Packed:
         if any(biases) and not all(biases):
             raise ValueError("packed layers must all have a bias or none")
         self.has_bias = all(biases)
+        self.dense = True
         self.matrix: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
         self.blocked: torch.Tensor | None = None
+        self._pointers: list[int] | None = None
 
-    def pack(self) -> None:
+    @property
+    def in_features(self) -> int:
+        return self.linears[0].weight.shape[1]
+
+    def numel(self) -> int:
+        return sum(l.weight.numel() for l in self.linears)
+
+    def pack(self, dense: bool = True) -> None:
+        self.dense = dense
+        weights = [l.weight.detach() for l in self.linears]
         with torch.no_grad():
-            self.matrix = torch.cat([l.weight.detach() for l in self.linears]).t().contiguous()
             if self.has_bias:
                 self.bias = torch.cat([l.bias.detach() for l in self.linears])
-            start = 0
-            for l, n in zip(self.linears, self.sizes):
-                l.weight = nn.Parameter(self.matrix[:, start:start + n].t(), requires_grad=False)
-                if self.has_bias:
-                    l.bias = nn.Parameter(self.bias[start:start + n], requires_grad=False)
-                start += n
+                self._rehome("bias", self.bias)
+            self.matrix, self.blocked = None, None
+            if not dense and onednn_enabled(weights[0]):
+                self.blocked = torch.ops.mkldnn._reorder_linear_weight(torch.cat(weights), ONEDNN_BATCH_HINT)
+            else:
+                self.matrix = torch.cat(weights).t().contiguous()
+                self._rehome("weight", self.matrix.t())
+                if onednn_enabled(self.matrix):
+                    self.blocked = torch.ops.mkldnn._reorder_linear_weight(self.matrix.t().contiguous(),
+                                                                           ONEDNN_BATCH_HINT)
             self._pointers = self._layer_pointers()
-            self._block()
+            self._versions = self._weight_versions()
+
+    def _rehome(self, name: str, packed: torch.Tensor) -> None:
+        """Each layer's `name` parameter becomes its rows of `packed` (a view, no copy)."""
+        start = 0
+        for l, n in zip(self.linears, self.sizes):
+            setattr(l, name, nn.Parameter(packed[start:start + n], requires_grad=False))
+            start += n
 
     def _layer_pointers(self) -> list[int]:
         return [t.data_ptr() for l in self.linears
                 for t in ((l.weight, l.bias) if self.has_bias else (l.weight,))]
 
-    def _block(self) -> None:
-        self.blocked = None
-        if onednn_enabled(self.matrix):
-            with torch.no_grad():
-                self.blocked = torch.ops.mkldnn._reorder_linear_weight(self.matrix.t().contiguous(),
-                                                                       ONEDNN_BATCH_HINT)
-            self._version = self._matrix_version()
+    def _weight_versions(self) -> tuple | None:
+        try:      # views share their base's counter, so a copy_ into the matrix counts too
+            return tuple(l.weight._version for l in self.linears)
+        except RuntimeError:       # packed under inference_mode: no version counter
+            return None
 
     def __deepcopy__(self, memo) -> "Packed":
         # parameters deep-copy as clones (not views) and the blocked copy is an opaque
         # oneDNN tensor, so the copy packs its own layers again
         new = Packed(*copy.deepcopy(self.linears, memo))
-        if self.matrix is not None:
-            new.pack()
+        if self._pointers is not None:
+            new.pack(self.dense)
         return new
 
-    def _matrix_version(self) -> int | None:
-        try:
-            return self.matrix._version
-        except RuntimeError:       # packed under inference_mode: no version counter
-            return None
-
     def _current(self) -> bool:
-        return self.matrix is not None and self._layer_pointers() == self._pointers
+        """Packed, and no layer's weight or bias replaced since."""
+        return self._pointers is not None and self._layer_pointers() == self._pointers
 
     def current_blocked(self) -> torch.Tensor | None:
         """The oneDNN-blocked copy if it is in use and up to date, else None (dropped if stale)."""
-        if self.blocked is not None and self._matrix_version() != self._version:
+        if self.blocked is not None and (not self._current() or self._weight_versions() != self._versions):
             self.blocked = None
         return self.blocked
 
     def operands(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """(packed matrix, up-to-date oneDNN copy or None) for code that runs the product
-        itself (engine/native); None where that code cannot: stale matrix or biases."""
-        if self.has_bias or not self._current():
+        itself (engine/native); None where that code cannot: no dense matrix, stale
+        layers or biases."""
+        if self.has_bias or self.matrix is None or not self._current():
             return None
         return self.matrix, self.current_blocked()
 
     def matmul(self, x: torch.Tensor, gelu_tanh: bool = False) -> torch.Tensor:
         """x [..., in] -> every layer's output side by side [..., sum(out)], optionally
         through tanh-approximated GELU (fused into the product where oneDNN runs it)."""
-        if not self._current():
-            outs = [F.linear(x, l.weight, getattr(l, "bias", None)) for l in self.linears]
-            out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
-        else:
-            if self.current_blocked() is not None:   # None too if the weights changed in place
-                post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
-                return torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.blocked, self.bias,
-                                                          post, [], algorithm).reshape(*x.shape[:-1], -1)
+        if self.current_blocked() is not None:   # None too if the weights changed
+            post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
+            return torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.blocked, self.bias,
+                                                      post, [], algorithm).reshape(*x.shape[:-1], -1)
+        if self.matrix is not None and self._current():
             out = x @ self.matrix if self.bias is None else torch.addmm(self.bias, x.reshape(-1, x.shape[-1]),
                                                                         self.matrix).reshape(*x.shape[:-1], -1)
+        else:
+            outs = [F.linear(x, l.weight, getattr(l, "bias", None)) for l in self.linears]
+            out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
         return F.gelu(out, approximate="tanh") if gelu_tanh else out
 
     def apply(self, x: torch.Tensor) -> list[torch.Tensor]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .blocks import packed_groups
+from .blocks import onednn_enabled, packed_groups
+from .mapped_weights import copy_out, reclaim
 
 
 class EngineModel(nn.Module):
@@ -27,10 +28,21 @@ class EngineModel(nn.Module):
         return out
 
     def pack_weights(self):
-        """Lay out every projection for fast inference, in place (no extra memory). Call
-        after the final weights, dtype and device are set."""
+        """Lay out every projection for fast inference, in place. Call after the final
+        weights, dtype and device are set. The backbone and the vision encoder keep one
+        copy of each weight where oneDNN runs (the blocked one, Packed(dense=False); if
+        the weights are mapped from a file, their pages go back to it: mapped_weights.py);
+        the action heads keep the dense matrix as well: RTC's guided sampling
+        differentiates through them and the native expert reads it."""
+        lean = [g for name in ("backbone", "vision", "visual")
+                if isinstance(getattr(self, name, None), nn.Module) for g in packed_groups(getattr(self, name))]
+        on_blocked = {id(l.weight) for g in lean if onednn_enabled(g.linears[0].weight)
+                      for l in g.linears if isinstance(l, nn.Linear)}
+        mapped = copy_out(self, left_to_file=on_blocked)
+        lean_ids = {id(g) for g in lean}
         for group in packed_groups(self):
-            group.pack()
+            group.pack(dense=id(group) not in lean_ids)
+        reclaim(mapped)
         return self
 
     def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
