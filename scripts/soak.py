@@ -64,6 +64,8 @@ def main() -> int:
     ap.add_argument("--record", action=argparse.BooleanOptionalAction, default=True, help="run `oxygen record` too")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results"), help="folder for NAME.{json,png}")
     ap.add_argument("--name", default="soak_demo", help="file name of the figures")
+    ap.add_argument("--memory-trace", type=float, default=0.0, metavar="S",
+                    help="the node prints where its memory grows every S seconds (node/memory_trace.py) to its log")
     args = ap.parse_args()
     warmup_s = 60.0 * (args.minutes / 6 if args.warmup_minutes is None else args.warmup_minutes)
     os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -84,7 +86,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     params = params_from_file(Path(args.params))
-    children = Children(ROOT / "out" / "soak_logs", env=os.environ.copy())   # out/ is git-ignored
+    env = {**os.environ, **({"OXYGEN_MEMORY_TRACE": f"{args.memory_trace:g}"} if args.memory_trace else {})}
+    children = Children(ROOT / "out" / "soak_logs", env=env)   # out/ is git-ignored
     py = sys.executable
     configured = float(params["control_rate_hz"])
     # a kill stops the soak as Ctrl-C does: the figures so far are still written
