@@ -68,5 +68,40 @@ def test_questions_are_queued_while_their_deadline_allows_and_refused_with_the_e
     assert float(lang["question_estimate_s"]) >= 0.0 and int(lang["questions_waiting"]) == 0, lang
 
 
+def stall_run(namespace, *, deadline):
+    """A question that fits is queued; then every input stops. Returns its reply and the
+    estimate it was queued with (from a first, impossible question's refusal)."""
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: len(d.chunks) >= 5, 30.0, "five action chunks")
+        probe = d.ask(QUESTION, timeout_s=0.01)["error"]
+        estimate = float(re.search(r"= ([\d.]+) s", probe).group(1))
+        timeout = 2.0 * estimate + 2.0                   # fits, with room for one slow frame
+        future = d.ask_async(QUESTION, timeout_s=timeout)
+        time.sleep(0.2)
+        for key in d.mode:                               # the robot's publishers go quiet
+            d.mode[key] = "off"
+        d.wait_until(future.done, timeout + 5.0, "the reply")
+        r = future.result()
+        return {"estimate": estimate, "timeout": timeout, "success": r.success, "error": r.error,
+                "latency_s": r.latency_s}
+    finally:
+        d.close()
+
+
+@pytest.mark.ros
+def test_a_queued_question_is_refused_once_stalled_frames_cannot_finish_it_in_time(start_node):
+    node = start_node(autostart=True, narration_every_n_frames=0, memory_every_n_frames=0, steps_per_frame=1,
+                      answer_max_tokens=48)
+    r = run_peers(__file__, {"driver": ["stall_run", node.namespace]}, timeout=120)["driver"]
+    assert not r["success"], r
+    assert r["error"].startswith(f"cannot answer within {r['timeout']:g} s any more: no frame is running ("), r
+    assert "stale" in r["error"] or "no " in r["error"], r
+    # refused once the time left fell below a full answer's, not at the deadline
+    assert r["latency_s"] < r["timeout"] - 0.5 * r["estimate"], r
+
+
 if __name__ == "__main__":
-    run_as_peer({"questions_run": questions_run})
+    run_as_peer({"questions_run": questions_run, "stall_run": stall_run})

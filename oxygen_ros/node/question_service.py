@@ -26,6 +26,13 @@ def _stalled(rt) -> str:
     return reason if reason and (last is None or at > last) else ""
 
 
+def _frames_needed_s(rt, tokens: int) -> float:
+    """Seconds of frames an answer of `tokens` needs behind the backlog, counted from now
+    (frames stopped: the estimate's clock must not run from the last frame's start)."""
+    e = rt.answers.estimate(tokens, [], "")
+    return e.frames * e.interval_s
+
+
 def ask_progress(node: OxygenNode, request, response):
     """Answer `request.question` from the memory log, or fail with the reason."""
     t0 = time.monotonic()
@@ -68,7 +75,7 @@ def ask_progress(node: OxygenNode, request, response):
         stalled = _stalled(rt)
         # frames stopped (an input died, a failure): once even resuming now could not finish
         # the answer in time, say so now rather than at the deadline
-        if left > 0 and not (stalled and rt.answers.estimate(tokens, [], "").seconds > left):
+        if left > 0 and not (stalled and _frames_needed_s(rt, tokens) > left):
             continue
         # still on the board: never handed to the engine; else the engine keeps decoding it
         where = ("it was not started" if rt.board.withdraw(q)
