@@ -87,7 +87,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     params = params_from_file(Path(args.params))
     env = {**os.environ, **({"OXYGEN_MEMORY_TRACE": f"{args.memory_trace:g}"} if args.memory_trace else {})}
-    children = Children(ROOT / "out" / "soak_logs", env=env)   # out/ is git-ignored
+    children = Children(ROOT / "out" / f"{args.name}_logs", env=env)   # out/ is git-ignored
     py = sys.executable
     configured = float(params["control_rate_hz"])
     # a kill stops the soak as Ctrl-C does: the figures so far are still written

@@ -448,3 +448,20 @@ def test_action_joints_default_to_the_state_joints_and_take_their_limits_by_name
     assert hand.names == ("h",)
     with pytest.raises(ValueError, match=r"\['h'\] are not in joint_names"):
         OxygenNode._action_joints({**none, "action_joint_names": ["h"]}, js)
+
+
+def test_malloc_arenas_are_capped_unless_told_otherwise(monkeypatch):
+    import platform
+
+    from oxygen_ros.node import malloc_arenas
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt's arena cap is glibc's")
+    monkeypatch.delenv(malloc_arenas.ENV, raising=False)
+    assert malloc_arenas.limit() == malloc_arenas.DEFAULT_ARENAS
+    monkeypatch.setenv(malloc_arenas.ENV, "4")
+    assert malloc_arenas.limit() == 4
+    monkeypatch.setenv(malloc_arenas.ENV, "0")
+    assert malloc_arenas.limit() is None                  # glibc's default kept
+    monkeypatch.setenv(malloc_arenas.ENV, "many")
+    with pytest.raises(ValueError, match="OXYGEN_MALLOC_ARENAS"):
+        malloc_arenas.limit()

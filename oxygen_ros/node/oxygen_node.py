@@ -51,7 +51,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..engine.observation import ObservationError
 from ..engine.policy_io import PolicyIOError
-from . import diagnostics, memory_trace, qos, question_service
+from . import diagnostics, malloc_arenas, memory_trace, qos, question_service
 from . import params as node_params
 from .cameras import Camera, per_camera, transport_of
 from .convert import decoder
@@ -375,6 +375,7 @@ def main(argv=None) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stuck node is stuck
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    malloc_arenas.limit()         # before rclpy and torch start their threads
     memory_trace.start_from_env()
     rclpy.init(args=sys.argv if argv is None else argv)
     node, code = None, 0
