@@ -33,6 +33,7 @@ class FrameLoop:
         rt, log = self._rt, self._node.log_for
         # replanning "asap": no ticks, the next frame starts when the last one ends
         clock = TickClock(rt.period_s) if rt.robot_time.replanning == "rate" else None
+        first = True                   # no frame has run in this activation yet
         while clock.wait(self._stop) if clock else not self._stop.is_set():
             start, ran = time.monotonic(), False
             try:
@@ -52,12 +53,30 @@ class FrameLoop:
                 if not ran:
                     self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
                 continue
+            if first and not ran and self._first_inputs(clock):
+                continue                       # the first frame now; the ticks count from it
+            first = first and not ran
             skipped = clock.advance()
             if skipped:
                 rt.stats.skipped(skipped)
                 log("deadline").warning(
                     f"frame overran the {rt.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
                     f"({rt.stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _first_inputs(self, clock: TickClock) -> bool:
+        """Before the first frame, poll the inputs until the next tick instead of sleeping:
+        the subscriptions are new at each configure and their first messages come just after
+        activation, which made the first chunk a whole period late (4 s at 0.25 Hz). True
+        (and the ticks restarted from now) once they are usable; False at once when they
+        were (the tick failed otherwise: the next one as usual)."""
+        if self._rt.monitor.snapshot().usable:
+            return False
+        next_tick = clock.next_tick + clock.period_s
+        while time.monotonic() < next_tick and not self._stop.wait(0.01):
+            if self._rt.monitor.snapshot().usable:
+                clock.restart()
+                return True
+        return False
 
     def _check_rate(self, frame_s: float) -> None:
         warning = self._rt.robot_time.frame_done(frame_s)

@@ -26,6 +26,7 @@ This module keeps the lifecycle and what configure builds (Runtime); the rest, b
 """
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import gc
 import signal
@@ -335,10 +336,22 @@ class OxygenNode(LifecycleNode):
         device = getattr(rt.model, "device", None)
         del rt
         gc.collect()
+        _trim_heap()
         if device is not None and device.type == "cuda":
             import torch
 
             torch.cuda.empty_cache()
+
+
+def _trim_heap() -> None:
+    """Give the freed model back to the OS. glibc keeps freed memory in the malloc arena of
+    the thread that allocated it, and each configure runs on whichever executor thread takes
+    it: smol's ~0.75 GB stayed resident after cleanup, once per thread that had configured
+    (RSS after cleanup 1.1, 1.9, 2.1 GB after three loads; 0.3 GB with malloc_trim)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):     # not glibc: nothing to trim this way
+        pass
 
 
 # The executor's Python work (wait sets, callbacks) and the inference thread share the

@@ -30,6 +30,10 @@ class TickClock:
             return not stop.wait(delay)
         return not stop.is_set()
 
+    def restart(self) -> None:
+        """Ticks from now on: the next one is due at once."""
+        self.next_tick = self._clock()
+
     def advance(self) -> int:
         """Move to the tick to run next; returns how many ticks were skipped."""
         self.next_tick += self.period_s
