@@ -84,6 +84,17 @@ class EngineBase:
 
     def submit(self, req: LanguageRequest) -> int:
         """Queue a request for admission at the next frame; returns its id."""
+        self.check_request(req)
+        if self.capacity_left() <= 0:
+            raise RequestRejected(
+                f"too many language requests waiting ({len(self.pending)} queued); try again later")
+        req.request_id = self._next_id
+        self._next_id += 1
+        self.pending.append(req)
+        return req.request_id
+
+    def check_request(self, req: LanguageRequest) -> None:
+        """RequestRejected if the request itself cannot be served (its prompt, its token limit)."""
         if not req.prompt or not req.prompt.strip():
             raise RequestRejected("empty prompt")
         n = len(self.tok.encode(req.prompt))
@@ -93,13 +104,6 @@ class EngineBase:
         if not 1 <= req.max_new_tokens <= self.config.max_new_tokens:
             raise RequestRejected(
                 f"max_new_tokens must be in 1..{self.config.max_new_tokens}, got {req.max_new_tokens}")
-        if self.capacity_left() <= 0:
-            raise RequestRejected(
-                f"too many language requests waiting ({len(self.pending)} queued); try again later")
-        req.request_id = self._next_id
-        self._next_id += 1
-        self.pending.append(req)
-        return req.request_id
 
     # -- helpers -------------------------------------------------------------------------
     def prefix_embeddings(self, obs: Observation, timer: PhaseTimer):
@@ -233,14 +237,7 @@ class OxygenEngine(EngineBase):
         deltas: list[TextDelta] = []
         with timer("admit"):
             self._admit(staging, plen, deltas)
-        k = self._last_budget = self._decode_budget(timer)
-        with timer("decode"):
-            steps = self._decode(k, deltas)
-            if self._unread_first is not None:
-                self._collect(None, deltas)
-        if steps:
-            per_step = timer.ms["decode"] / steps
-            self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
+        steps = self.decode_phase(timer, deltas)
         result = FrameResult(
             frame_index=self.frame_index, actions=actions, deltas=deltas,
             timings_ms=timer.result(), expert_actions=extra, decode_steps=steps, live_requests=len(self.live),
@@ -249,6 +246,19 @@ class OxygenEngine(EngineBase):
             kv_bytes_in_use=self.pool.bytes_in_use())
         self.frame_index += 1
         return result
+
+    def decode_phase(self, timer: PhaseTimer, deltas: list[TextDelta]) -> int:
+        """The frame's decode budget over every live request (phase "decode"), its tokens
+        read; returns the steps run. (talk(), and engine/fleet.py for a fleet's frame.)"""
+        k = self._last_budget = self._decode_budget(timer)
+        with timer("decode"):
+            steps = self._decode(k, deltas)
+            if self._unread_first is not None:
+                self._collect(None, deltas)
+        if steps:
+            per_step = timer.ms["decode"] / steps
+            self._step_ms = per_step if self._step_ms is None else 0.7 * self._step_ms + 0.3 * per_step
+        return steps
 
     def warm_up(self, obs: Observation, rtc=None, expert_rtc: dict | None = None) -> float:
         """The frame's first half once, outside any frame (nothing counted, no noise drawn,
@@ -271,13 +281,29 @@ class OxygenEngine(EngineBase):
         batch: list[tuple[LanguageRequest, list[int]]] = []
         while self.pending and len(batch) < self.pool.free_slots:
             req = self.pending.popleft()
-            ids = self.prompt_ids(req)
-            if plen + len(ids) + req.max_new_tokens > self.pool.max_len:
-                deltas.append(TextDelta(req.request_id, req.stream, self.frame_index, "", 0, True, "",
-                                        error=f"request needs {plen + len(ids) + req.max_new_tokens} KV "
-                                              f"entries, a slot holds {self.pool.max_len}"))
-                continue
-            batch.append((req, ids))
+            ids = self.admissible_ids(req, plen, deltas)
+            if ids is not None:
+                batch.append((req, ids))
+        self.start_requests(batch, staging, plen, deltas)
+
+    def admissible_ids(self, req: LanguageRequest, plen: int, deltas: list[TextDelta]) -> list[int] | None:
+        """The request's prompt ids, or None (and a finished delta with the error) when the
+        prefix, its prompt and its new tokens do not fit in a slot."""
+        ids = self.prompt_ids(req)
+        if plen + len(ids) + req.max_new_tokens > self.pool.max_len:
+            deltas.append(TextDelta(req.request_id, req.stream, self.frame_index, "", 0, True, "",
+                                    error=f"request needs {plen + len(ids) + req.max_new_tokens} KV "
+                                          f"entries, a slot holds {self.pool.max_len}"))
+            return None
+        return ids
+
+    def start_requests(self, batch: list[tuple[LanguageRequest, list[int]]], staging: int, plen: int,
+                       deltas: list[TextDelta]) -> None:
+        """Admit `batch` from the prefix of `plen` entries in slot `staging`: each request
+        forks it into the next free slot (or takes it, when `staging` is that slot) and the
+        prompts are prefilled in one batched call; their first tokens come from the prompts'
+        last positions. Several calls in one frame (a fleet: one per robot's prefix) leave
+        their first tokens to be read together."""
         if not batch:
             return
         first_slot = self.pool.staging_slot      # the batch's slots: first_slot.. (no holes)
@@ -297,6 +323,10 @@ class OxygenEngine(EngineBase):
             assert slot == len(self.live)
             self.live.append(LiveRequest(req, [], plen + len(ids), TextStream(self.tok)))
         self._next_ids[first_slot:first_slot + len(batch)] = first
+        if self._unread_first is not None:     # an earlier batch of this frame, just before these slots
+            earlier_slot, earlier = self._unread_first
+            assert earlier_slot + earlier.shape[0] == first_slot
+            first_slot, first = earlier_slot, torch.cat([earlier, first])
         self._unread_first = (first_slot, first)
         if self.sync_every_step:
             self._collect(None, deltas)

@@ -119,10 +119,13 @@ class ActionExpert(nn.Module):
                   mask: torch.Tensor | None = None) -> torch.Tensor:
         """The denoise loop proper, device work only (one CUDA graph can hold it:
         chunk_graphs.py). The action tokens' K/V go to positions [write_at, write_at + H)
-        of `slot`; they attend over [0, write_at + H) under `mask` (None: all of it)."""
+        of `slot`; they attend over [0, write_at + H) under `mask` (None: all of it).
+        `slot` may be a slice of B slots for noise [B, H, D] (several prefixes' chunks in
+        one batch: engine/fleet_batch.py), row i in the slice's i-th slot."""
         dt, layer_mods, final_mods = schedule
         horizon = noise.shape[1]
-        caches = [CacheView(pool.k[i], pool.v[i], slice(slot, slot + 1), write_at, write_at + horizon)
+        rows = slice(slot, slot + 1) if isinstance(slot, int) else slot
+        caches = [CacheView(pool.k[i], pool.v[i], rows, write_at, write_at + horizon)
                   for i in range(len(self.layers))]
         x = noise
         for k in range(final_mods.shape[0]):
