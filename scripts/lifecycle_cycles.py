@@ -70,14 +70,16 @@ class Client:
     """Lifecycle calls to the node and what it publishes, timed on arrival (its executor spins
     in a thread of its own)."""
 
-    def __init__(self, ns: str):
+    def __init__(self, ns: str, params: dict):
         import rclpy
         from lifecycle_msgs.srv import ChangeState, GetState
         from oxygen_msgs.msg import FrameTiming
         from rclpy.executors import SingleThreadedExecutor
+        from sensor_msgs.msg import CompressedImage, Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
         from oxygen_ros.node import qos
+        from oxygen_ros.node.cameras import transport_of
 
         rclpy.init()
         self.rclpy, self.ChangeState, self.GetState = rclpy, ChangeState, GetState
@@ -87,6 +89,14 @@ class Client:
                                       lambda m: self.chunks.append(time.monotonic()), qos.CONTROL)
         self.node.create_subscription(FrameTiming, f"{ns}/frame_timing",
                                       lambda m: self.frames.append((time.monotonic(), m)), qos.CONTROL)
+        # the robot's inputs, to start once they flow (the sim's first renders take seconds)
+        self.inputs = {"camera": 0, "joints": 0}
+        cam = params["camera_topics"][0]
+        raw = transport_of(cam, (params.get("camera_transports") or ["auto"])[0]) == "raw"
+        self.node.create_subscription(Image if raw else CompressedImage, f"{ns}/{cam}",
+                                      lambda m: self.inputs.update(camera=self.inputs["camera"] + 1), qos.SENSOR)
+        self.node.create_subscription(JointState, f"{ns}/{params['joint_state_topic']}",
+                                      lambda m: self.inputs.update(joints=self.inputs["joints"] + 1), qos.SENSOR)
         self.change = self.node.create_client(ChangeState, f"{ns}/oxygen_node/change_state")
         self.get = self.node.create_client(GetState, f"{ns}/oxygen_node/get_state")
         self.executor = SingleThreadedExecutor()
@@ -273,7 +283,8 @@ def main() -> int:
                  120, "simulated robot")
         if sim.poll() is not None:
             raise SystemExit("the sim exited:\n" + (out / "sim.log").read_text()[-3000:])
-        client = Client(ns)
+        client = Client(ns, params)
+        wait_for(lambda: all(client.inputs.values()), 120, "camera image and joint state from the sim")
         state = client.ready(120.0)
         if state != "unconfigured":
             raise SystemExit(f"the node is {state}, not unconfigured")

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -334,8 +335,15 @@ class OxygenNode(LifecycleNode):
         if rt.diag_pub is not None:
             self.destroy_publisher(rt.diag_pub)
         device = getattr(rt.model, "device", None)
+        alive = weakref.ref(rt)
         del rt
         gc.collect()
+        # a callback that took the runtime just before (diagnostics, a sensor message) holds it
+        # a moment longer: trim once it let go, or the model stays resident until the next
+        # cleanup (once in 50 smol cycles: 1.4 GB after cleanup, 2.7 GB in the next cycle)
+        end = time.monotonic() + 1.0
+        while alive() is not None and time.monotonic() < end:
+            time.sleep(0.005)
         _trim_heap()
         if device is not None and device.type == "cuda":
             import torch
