@@ -102,7 +102,9 @@ def test_every_expert_has_its_own_rtc_planner_and_statistics(start_node, tmp_pat
     r = run_peers(__file__, {"driver": ["rtc_multi_run", node.namespace]}, timeout=90)["driver"]
     rt = r["robot_time"]
     for name in ("hands", "base"):
-        assert rt.get(f"rtc_plain_chunks:{name}") == "1", rt       # only its first chunk was plain
+        # only its first chunk was plain, apart from input gaps (a loaded machine delays inputs
+        # until the previous chunk has ended: nothing to continue)
+        assert int(rt[f"rtc_plain_chunks:{name}"]) - int(rt[f"rtc_input_gaps:{name}"]) == 1, rt
         assert int(rt[f"rtc_delay_steps:{name}"]) >= 1, rt
     assert all(d >= 1 for d in r["delays"][1:]), r["delays"]
     hands = [x for row in r["hands"] for x in row]

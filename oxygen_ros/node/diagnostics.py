@@ -117,6 +117,7 @@ def publish(node: OxygenNode) -> None:
         for e in rt.experts:        # each further expert's own RTC planner
             robot_time["values"].update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay,
                                          f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
+                                         f"rtc_input_gaps:{e.name}": e.rtc.input_gaps,
                                          f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
     arr = build(
         node.get_fully_qualified_name(), node.get_clock().now().to_msg(), node.lifecycle_state,

@@ -29,6 +29,7 @@ class RTCPlanner:
         self.estimator = estimator or DelayEstimator()
         self.previous: PublishedChunk | None = None
         self.plain_chunks = 0        # chunks sampled without guidance while RTC is on
+        self.input_gaps = 0          # of those, after an input gap (the previous chunk had ended)
         self.clamped = 0             # delays cut to the previous chunk's remainder
         self.last_delay = 0
 
@@ -54,6 +55,7 @@ class RTCPlanner:
         n = len(positions)
         if n == 0:
             self.plain_chunks += 1
+            self.input_gaps += 1
             return None, (f"input gap: the previous chunk ended {obs_stamp_s - prev.end_s:.3f} s before "
                           "this observation; nothing to continue, plain sampling")
         wanted = self.estimator.delay_steps(self.rate) or 0
