@@ -165,7 +165,9 @@ def one_cycle(i: int, c: Client, pid: int, period_s: float, args) -> dict:
                 later = [m for t, m in c.frames if t > sent and m.frame_index > 0]
                 r["frame_s"] = max(m.total_ms for m in later) / 1e3
                 r["chunk_s"] = statistics.median(m.chunk_ms for m in later) / 1e3
-                f0 = next(m for t, m in c.frames if t > sent and m.frame_index == 0)
+                f0 = next((m for t, m in c.frames if t > sent and m.frame_index == 0), None)
+                if f0 is None:
+                    raise TimeoutError("FrameTiming of frame 0 lost")
                 r["first_frame_s"] = f0.total_ms / 1e3
                 # published: the frame's end (node clock = this wall clock) less what followed the chunk
                 end = f0.header.stamp.sec + f0.header.stamp.nanosec * 1e-9
