@@ -53,7 +53,7 @@ def percentile(values, q):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--params", default=str(ROOT / "config" / "demo.yaml"))
     ap.add_argument("--ask-every", type=float, default=5.0, help="seconds between questions")
     ap.add_argument("--bucket", type=float, default=30.0, help="seconds per reported interval")
