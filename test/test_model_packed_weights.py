@@ -1,12 +1,15 @@
 """The packed (and oneDNN-blocked) projection layout computes what the plain layers do,
 and stays correct when weights change after packing."""
 import copy
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 from torch import nn
 
-from oxygen_ros.engine.layers.blocks import Packed, packed_groups
+from oxygen_ros.engine.layers.blocks import ONEDNN_ROW_BUCKET, Packed, onednn_rows, packed_groups
 
 
 def _layers(seed=0, width=16):
@@ -85,6 +88,53 @@ def test_biased_layers_pack_with_their_biases_and_fuse_gelu(width):
     with torch.no_grad():
         b.bias.fill_(100.0)                                          # a loader writing in place
     assert (packed.matmul(x)[:, 8:] > 50).all()
+
+
+def test_long_products_run_with_few_row_counts():
+    assert [onednn_rows(m) for m in (1, 2, ONEDNN_ROW_BUCKET)] == [1, 2, ONEDNN_ROW_BUCKET]
+    assert onednn_rows(ONEDNN_ROW_BUCKET + 1) == 2 * ONEDNN_ROW_BUCKET
+    assert onednn_rows(245) == 256
+    assert len({onednn_rows(m) for m in range(1, 1025)}) == ONEDNN_ROW_BUCKET + 1024 // ONEDNN_ROW_BUCKET - 1
+
+
+@pytest.mark.parametrize("gelu_tanh", [False, True])
+def test_padding_rows_leaves_the_results_bitwise_unchanged(gelu_tanh):
+    """Padded products must equal oneDNN on the rows as they are, or oxygen's batched
+    prompts would stop matching isolated ones."""
+    torch.manual_seed(2)
+    a, b = nn.Linear(576, 1536), nn.Linear(576, 512)
+    packed = Packed(a, b)
+    packed.pack(dense=False)
+    if packed.blocked is None:
+        pytest.skip("oneDNN is not available in this torch build")
+    post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
+    for m in (2, 33, 100, 245):
+        x = torch.randn(m, 576)
+        plain = torch.ops.mkldnn._linear_pointwise(x, packed.blocked, packed.bias, post, [], algorithm)
+        assert torch.equal(packed.matmul(x, gelu_tanh=gelu_tanh), plain), m
+        assert torch.equal(packed.matmul(x.view(1, m, 576), gelu_tanh=gelu_tanh), plain.view(1, m, -1)), m
+
+
+def test_products_of_ever_new_lengths_keep_memory_flat():
+    """oneDNN keeps a primitive per row count; without the buckets these 370 lengths
+    grew the process by ~1 GB. Run alone so the RSS is this product's only."""
+    script = textwrap.dedent("""
+        import torch
+        from torch import nn
+        from oxygen_ros.engine.layers.blocks import Packed
+        def rss_mb():
+            return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+        packed = Packed(nn.Linear(576, 2048, bias=False))
+        packed.pack(dense=False)
+        for m in (40, 100, 200, 300, 400):     # one primitive of each bucket size
+            packed.matmul(torch.randn(m, 576))
+        before = rss_mb()
+        for m in range(33, 401):
+            packed.matmul(torch.randn(m, 576))
+        print(rss_mb() - before)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert float(out.stdout.split()[-1]) < 100, out.stdout
 
 
 def test_mixed_biases_are_rejected():

@@ -72,6 +72,18 @@ def activation(name: str):
 # Below ~256 KB a matrix is cache-resident and oneDNN's per-call overhead dominates.
 ONEDNN_BATCH_HINT = 64
 ONEDNN_MIN_ELEMENTS = 1 << 16
+# oneDNN caches a primitive (with buffers that grow with the rows, ~1-3 MB at 250 rows)
+# for every row count it meets, up to 1024 of them. Prefixes and question prompts have
+# ever new lengths, so a node's RSS crept up for an hour. Products of more rows than this
+# are padded up to a multiple of it: a few dozen shapes, all met in the first minutes.
+# Padding rows leaves the other rows' results bitwise unchanged (checked in
+# test_model_packed_weights); one row runs a different kernel, so small counts stay exact.
+ONEDNN_ROW_BUCKET = 32
+
+
+def onednn_rows(m: int) -> int:
+    """The row count a product of m rows runs with on oneDNN."""
+    return m if m <= ONEDNN_ROW_BUCKET else -(-m // ONEDNN_ROW_BUCKET) * ONEDNN_ROW_BUCKET
 
 
 def onednn_enabled(t: torch.Tensor) -> bool:
@@ -185,8 +197,12 @@ class Packed:
         through tanh-approximated GELU (fused into the product where oneDNN runs it)."""
         if self.current_blocked() is not None:   # None too if the weights changed
             post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
-            return torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.blocked, self.bias,
-                                                      post, [], algorithm).reshape(*x.shape[:-1], -1)
+            rows = x.reshape(-1, x.shape[-1])
+            m = rows.shape[0]
+            if onednn_rows(m) != m:
+                rows = F.pad(rows, (0, 0, 0, onednn_rows(m) - m))
+            out = torch.ops.mkldnn._linear_pointwise(rows, self.blocked, self.bias, post, [], algorithm)
+            return out[:m].reshape(*x.shape[:-1], -1)
         if self.matrix is not None and self._current():
             out = x @ self.matrix if self.bias is None else torch.addmm(self.bias, x.reshape(-1, x.shape[-1]),
                                                                         self.matrix).reshape(*x.shape[:-1], -1)
