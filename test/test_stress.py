@@ -234,10 +234,10 @@ def test_burst_of_50_questions_every_call_answered_or_refused(active_node):
 
 def test_100_lifecycle_cycles_succeed_with_bounded_rss():
     """100 configure/activate/deactivate/cleanup cycles from another process: every
-    transition succeeds and RSS levels off. Measured here: +42 and +51 MB over the first 50
-    cycles (allocator arenas and rclpy's caches filling), +4 and +2 MB over the next 50. Bounds: +20 MB
-    over the second half (a leak of the tiny model and pool, ~2 MB a cycle, would add
-    ~100 MB) and +90 MB in all."""
+    transition succeeds and RSS levels off. Measured here: about +6 MB over all 100 cycles
+    since the node keeps 2 malloc arenas and trims the heap at cleanup (+42 and +51 MB over
+    the first 50 before). Bounds: +20 MB over the second half (a leak of the tiny model and
+    pool, ~2 MB a cycle, would add ~100 MB) and +90 MB in all."""
     with node_processes() as start:
         node = start()
         r = run_peers(__file__, {"driver": ["cycles", node.namespace, str(node.proc.pid), str(CYCLES)]},
