@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from oxygen_ros.engine.layers.blocks import ONEDNN_ROW_BUCKET, Packed, onednn_rows, packed_groups
+from oxygen_ros.engine.layers.blocks import ONEDNN_MAX_ROWS, ONEDNN_ROW_BUCKET, Packed, onednn_tiles, packed_groups
 
 
 def _layers(seed=0, width=16):
@@ -91,10 +91,15 @@ def test_biased_layers_pack_with_their_biases_and_fuse_gelu(width):
 
 
 def test_long_products_run_with_few_row_counts():
-    assert [onednn_rows(m) for m in (1, 2, ONEDNN_ROW_BUCKET)] == [1, 2, ONEDNN_ROW_BUCKET]
-    assert onednn_rows(ONEDNN_ROW_BUCKET + 1) == 2 * ONEDNN_ROW_BUCKET
-    assert onednn_rows(245) == 256
-    assert len({onednn_rows(m) for m in range(1, 1025)}) == ONEDNN_ROW_BUCKET + 1024 // ONEDNN_ROW_BUCKET - 1
+    assert [onednn_tiles(m) for m in (1, 2, ONEDNN_ROW_BUCKET)] == [[1], [2], [ONEDNN_ROW_BUCKET]]
+    assert onednn_tiles(ONEDNN_ROW_BUCKET + 1) == [2 * ONEDNN_ROW_BUCKET]
+    assert onednn_tiles(245) == [256] and onednn_tiles(810) == [256, 256, 256, 64]
+    sizes = set()
+    for m in range(1, 4097):
+        tiles = onednn_tiles(m)
+        assert m <= sum(tiles) < m + ONEDNN_ROW_BUCKET and max(tiles) <= ONEDNN_MAX_ROWS, m
+        sizes.update(tiles)
+    assert len(sizes) == ONEDNN_ROW_BUCKET + ONEDNN_MAX_ROWS // ONEDNN_ROW_BUCKET - 1
 
 
 @pytest.mark.parametrize("gelu_tanh", [False, True])
@@ -108,7 +113,7 @@ def test_padding_rows_leaves_the_results_bitwise_unchanged(gelu_tanh):
     if packed.blocked is None:
         pytest.skip("oneDNN is not available in this torch build")
     post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
-    for m in (2, 33, 100, 245):
+    for m in (2, 33, 100, 245, 300, 810):      # 300 and 810: several tiles
         x = torch.randn(m, 576)
         plain = torch.ops.mkldnn._linear_pointwise(x, packed.blocked, packed.bias, post, [], algorithm)
         assert torch.equal(packed.matmul(x, gelu_tanh=gelu_tanh), plain), m
@@ -116,8 +121,8 @@ def test_padding_rows_leaves_the_results_bitwise_unchanged(gelu_tanh):
 
 
 def test_products_of_ever_new_lengths_keep_memory_flat():
-    """oneDNN keeps a primitive per row count; without the buckets these 370 lengths
-    grew the process by ~630 MB, with them by ~18 MB. Run alone so the RSS is this
+    """oneDNN keeps a primitive per row count; without the buckets the first 370 of these
+    lengths grew the process by ~630 MB, with them by ~18 MB. Run alone so the RSS is this
     product's only."""
     script = textwrap.dedent("""
         import torch
@@ -130,7 +135,7 @@ def test_products_of_ever_new_lengths_keep_memory_flat():
         for m in (40, 100, 200, 300, 400):     # one primitive of each bucket size
             packed.matmul(torch.randn(m, 576))
         before = rss_mb()
-        for m in range(33, 401):
+        for m in [*range(33, 401), *range(401, 1200, 7)]:
             packed.matmul(torch.randn(m, 576))
         print(rss_mb() - before)
     """)

@@ -72,18 +72,26 @@ def activation(name: str):
 # Below ~256 KB a matrix is cache-resident and oneDNN's per-call overhead dominates.
 ONEDNN_BATCH_HINT = 64
 ONEDNN_MIN_ELEMENTS = 1 << 16
-# oneDNN caches a primitive (with buffers that grow with the rows, ~1-3 MB at 250 rows)
+# oneDNN caches a primitive (with buffers that grow with the rows, ~2-4 MB at 250 rows)
 # for every row count it meets, up to 1024 of them. Prefixes and question prompts have
-# ever new lengths, so a node's RSS crept up for an hour. Products of more rows than this
-# are padded up to a multiple of it: a few dozen shapes, all met in the first minutes.
-# Padding rows leaves the other rows' results bitwise unchanged (checked in
-# test_model_packed_weights); one row runs a different kernel, so small counts stay exact.
+# ever new lengths (and prompts admitted together make products of requests x longest
+# prompt rows), so a node's RSS crept up for an hour. Products of more than
+# ONEDNN_ROW_BUCKET rows are padded up to a multiple of it and run in tiles of at most
+# ONEDNN_MAX_ROWS rows: 39 row counts in all, the common ones met in the first minutes.
+# Padding rows leaves the other rows' results bitwise unchanged, and so does the tiling
+# (checked in test_model_packed_weights); one row runs a different kernel, so small
+# counts stay exact.
 ONEDNN_ROW_BUCKET = 32
+ONEDNN_MAX_ROWS = 256
 
 
-def onednn_rows(m: int) -> int:
-    """The row count a product of m rows runs with on oneDNN."""
-    return m if m <= ONEDNN_ROW_BUCKET else -(-m // ONEDNN_ROW_BUCKET) * ONEDNN_ROW_BUCKET
+def onednn_tiles(m: int) -> list[int]:
+    """The row counts a product of m rows runs as on oneDNN (their sum: m plus the padding)."""
+    if m <= ONEDNN_ROW_BUCKET:
+        return [m]
+    padded = -(-m // ONEDNN_ROW_BUCKET) * ONEDNN_ROW_BUCKET
+    full, rest = divmod(padded, ONEDNN_MAX_ROWS)
+    return [ONEDNN_MAX_ROWS] * full + ([rest] if rest else [])
 
 
 def onednn_enabled(t: torch.Tensor) -> bool:
@@ -199,9 +207,12 @@ class Packed:
             post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
             rows = x.reshape(-1, x.shape[-1])
             m = rows.shape[0]
-            if onednn_rows(m) != m:
-                rows = F.pad(rows, (0, 0, 0, onednn_rows(m) - m))
-            out = torch.ops.mkldnn._linear_pointwise(rows, self.blocked, self.bias, post, [], algorithm)
+            tiles = onednn_tiles(m)
+            if sum(tiles) != m:
+                rows = F.pad(rows, (0, 0, 0, sum(tiles) - m))
+            outs = [torch.ops.mkldnn._linear_pointwise(t, self.blocked, self.bias, post, [], algorithm)
+                    for t in rows.split(tiles)]
+            out = outs[0] if len(outs) == 1 else torch.cat(outs)
             return out[:m].reshape(*x.shape[:-1], -1)
         if self.matrix is not None and self._current():
             out = x @ self.matrix if self.bias is None else torch.addmm(self.bias, x.reshape(-1, x.shape[-1]),
