@@ -208,8 +208,9 @@ class Packed:
             rows = x.reshape(-1, x.shape[-1])
             m = rows.shape[0]
             tiles = onednn_tiles(m)
-            if sum(tiles) != m:
-                rows = F.pad(rows, (0, 0, 0, sum(tiles) - m))
+            padding = sum(tiles) - m
+            if padding:
+                rows = F.pad(rows, (0, 0, 0, padding))
             outs = [torch.ops.mkldnn._linear_pointwise(t, self.blocked, self.bias, post, [], algorithm)
                     for t in rows.split(tiles)]
             out = outs[0] if len(outs) == 1 else torch.cat(outs)
