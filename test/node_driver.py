@@ -21,14 +21,18 @@ PERIOD_S = 0.1   # config/tiny.yaml: control_rate_hz 10
 class Driver:
     def __init__(self, namespace: str, image_hz: float = 20.0, joint_hz: float = 50.0, cameras=None,
                  trajectory_topics=(), plays=("cameras", "joints"), use_sim_time: bool = False,
-                 image_shape=(48, 64)):
+                 image_shape=(48, 64), fleet_node: str = "", joints=JOINTS):
         """cameras: [(topic, message class, first message)] instead of CAMERA_TOPICS with
         random sensor_msgs/Image; the scenario may then set good_images[i], what camera i sends.
         trajectory_topics: further JointTrajectory topics to record (relative to the
         namespace) into expert_chunks[topic]. plays: the inputs this driver publishes (the
         others start "off": a test may run cameras and joint states in separate processes);
         use_sim_time: stamp them on /clock's time, as a simulator or a played bag does;
-        image_shape: (height, width) of the images (the node keeps a camera's first size)."""
+        image_shape: (height, width) of the images (the node keeps a camera's first size);
+        fleet_node: the full name of a fleet node that serves this robot (namespace /ROBOT):
+        its lifecycle and parameters are that node's, its statuses on /diagnostics are
+        FLEET_NODE/ROBOT's, and its questions go to NAMESPACE/ask_progress; joints: the
+        names its joint states carry (JOINTS's limits)."""
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from lifecycle_msgs.srv import ChangeState, GetState
@@ -45,7 +49,9 @@ class Driver:
 
         rclpy.init()
         self.rclpy = rclpy
-        self.ns, self.fqn = namespace, f"{namespace}/oxygen_node"
+        self.ns, self.fqn = namespace, fleet_node or f"{namespace}/oxygen_node"
+        self.joints = list(joints)
+        self.status_prefix = f"{fleet_node}{namespace}" if fleet_node else self.fqn
         self.node = node = rclpy.create_node(unique_name("oxygen_test_driver"), parameter_overrides=[
             Parameter("use_sim_time", value=use_sim_time)])
         self.lock = threading.Lock()
@@ -86,7 +92,7 @@ class Driver:
         self.change_client = node.create_client(ChangeState, f"{base}/change_state")
         self.get_client = node.create_client(GetState, f"{base}/get_state")
         self.param_client = node.create_client(SetParameters, f"{base}/set_parameters")
-        self.ask_client = node.create_client(AskProgress, f"{base}/ask_progress")
+        self.ask_client = node.create_client(AskProgress, f"{namespace if fleet_node else base}/ask_progress")
         self._change_answered = self._ask_answered = False    # see transition() and ask_async()
         self._types = dict(ChangeState=ChangeState, GetState=GetState, SetParameters=SetParameters,
                            AskProgress=AskProgress)
@@ -138,7 +144,7 @@ class Driver:
         mode = self.mode["joints"]
         if mode == "off":
             return
-        names = list(reversed(JOINTS))            # any order: matched by name
+        names = list(reversed(self.joints))       # any order: matched by name
         pos = [0.1 * i for i in range(len(names))]
         pos[-1] = 0.04                            # joint_1 ... gripper within limits
         if mode == "nan":
@@ -154,11 +160,11 @@ class Driver:
     def _on_diagnostics(self, arr):
         statuses = {s.name.split(": ", 1)[1]: (int.from_bytes(s.level, "little") if isinstance(s.level, bytes)
                                               else int(s.level), s.message)
-                    for s in arr.status if s.name.startswith(self.fqn + ": ")}
+                    for s in arr.status if s.name.startswith(self.status_prefix + ": ")}
         if statuses:
             self.diags.append((time.monotonic(), statuses))
             self.diag_values = {s.name.split(": ", 1)[1]: {kv.key: kv.value for kv in s.values}
-                                for s in arr.status if s.name.startswith(self.fqn + ": ")}
+                                for s in arr.status if s.name.startswith(self.status_prefix + ": ")}
 
     # -- waiting ---------------------------------------------------------------------------
     @staticmethod

@@ -100,3 +100,26 @@ def test_profile_frame_script_splits_the_frame_into_products_and_the_rest():
     split = re.search(r"matrix products ([\d.]+) ms, everything else ([\d.]+) ms", out.stdout)
     assert split and float(split.group(1)) > 0 and float(split.group(2)) > 0, out.stdout
     assert "(product)" in out.stdout and "scaled_dot_product" in out.stdout
+
+
+def test_bench_robots_compares_fleet_and_separate_engines_exactly(tmp_path, capsys):
+    """`--robots 1,2`: per N a fleet and a separate entry with the documented fields, one
+    ratio per interleaved round, and each robot's chunks and texts equal in both."""
+    out = tmp_path / "fleet.json"
+    status = main(["bench", "--model", "tiny", "--robots", "1,2", "--frames", "4", "--tokens", "6",
+                   "--steps-per-frame", "2", "--rounds", "2", "--json", str(out)])
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert set(report["robots"]) == {"1", "2"}
+    for n, r in report["robots"].items():
+        for side in ("fleet", "separate"):
+            m = r[side]
+            assert {"chunk_hz_per_robot", "chunk_latency_ms_p50", "tokens_per_s"} <= set(m), (n, side)
+            assert m["chunk_hz_per_robot"] > 0 and m["tokens_per_s"] > 0 and m["frames_per_robot"] == 4
+        e = r["exactness"]
+        assert e["requests_compared"] >= 4 * int(n)
+        assert e["text_mismatched_requests"] == 0
+        assert e["max_action_abs_diff"] <= 1e-5
+        lo, hi = r["chunk_hz_ratio_spread"]
+        assert lo <= r["chunk_hz_ratio_median"] <= hi
+    assert "fleet/separate chunk rate" in capsys.readouterr().out

@@ -37,8 +37,30 @@ def robot_observation(robot: str, frame: int):
     return obs
 
 
-def robot_noise(robot: str, frame: int) -> torch.Tensor:
-    return torch.randn(10, 8, generator=torch.Generator().manual_seed(1000 * ROBOTS.index(robot) + frame))
+def qwen_robot_observation(robot: str, frame: int):
+    """Qwen3-VL: robot i's images change size frame to frame (a wrist camera on odd
+    frames), so the robots' rope layouts differ too."""
+    from test_engine_qwen3vl import observation as qwen_observation
+
+    i = ROBOTS.index(robot)
+    obs = qwen_observation(7 * i + frame)
+    obs.instruction = INSTRUCTIONS[i]
+    return obs
+
+
+def model_of(family: str):
+    """(model, tokenizer, observation of robot and frame) of a model family."""
+    if family == "qwen3vl":
+        from test_engine_qwen3vl import qwen_tiny
+
+        return (*qwen_tiny(), qwen_robot_observation)
+    return (*tiny(), robot_observation)
+
+
+def robot_noise(model, robot: str, frame: int) -> torch.Tensor:
+    e = model.cfg.expert
+    return torch.randn(e.horizon, e.action_dim,
+                       generator=torch.Generator().manual_seed(1000 * ROBOTS.index(robot) + frame))
 
 
 def robot_requests(robot: str, frame: int) -> list[LanguageRequest]:
@@ -79,17 +101,21 @@ def assert_kv_matches(fleet: FleetEngine, alone: dict, twin: dict) -> int:
     return compared
 
 
-def serve(robots, frames: int, absent=None, batched=True, once_per_frame=False):
+def serve(robots, frames: int, absent=None, batched=True, once_per_frame=False, family="tiny"):
     """The same workload through a fleet and through one OxygenEngine per robot (stepped
     only on that robot's frames); checks chunks per frame and K/V of live requests, and
     returns both sides' finished texts by (robot, submission index). `batched` False: the
     per-robot path other models take; `once_per_frame`: the GPU schedule's token reads
-    (every robot's admitted first tokens and the decode steps' tokens in one transfer)."""
-    model, tok = tiny()
+    (every robot's admitted first tokens and the decode steps' tokens in one transfer);
+    `family` "qwen3vl": a Qwen3-VL model (its robots served in turn, not batched)."""
+    model, tok, robot_observation = model_of(family)
     absent = absent or {}
     fleet = FleetEngine(model, tok, config(), max_robots=3)
-    assert fleet.batch.batched, "the tiny profile batches its robots' prefills and chunks"
-    fleet.batch.batched = batched
+    if family == "tiny":
+        assert fleet.batch.batched, "the tiny profile batches its robots' prefills and chunks"
+        fleet.batch.batched = batched
+    else:
+        assert not fleet.batch.batched, "Qwen3-VL's prefixes are not batched (fleet_batch.py)"
     fleet.core.sync_every_step = not once_per_frame
     alone = {r: OxygenEngine(model, tok, config()) for r in robots}
     twin, order, texts = {}, {}, {"fleet": {}, "alone": {}}
@@ -105,7 +131,7 @@ def serve(robots, frames: int, absent=None, batched=True, once_per_frame=False):
                 order[rid] = (r, len([k for k in order.values() if k[0] == r]))
                 twin[rid] = (r, other)
         obs = {r: robot_observation(r, f) for r in present}
-        noise = {r: robot_noise(r, f) for r in present}
+        noise = {r: robot_noise(model, r, f) for r in present}
         live_before = len(fleet.core.live)
         chunks = fleet.act(obs, noise)
         assert list(chunks) == present and not fleet.faults
@@ -149,6 +175,15 @@ def test_each_robot_equals_itself_served_alone(n_robots):
         assert batched_frames > 0, "the workload must decode several robots' requests together"
 
 
+def test_qwen3vl_robots_equal_themselves_served_alone():
+    """The same for three robots on a Qwen3-VL model (three-axis RoPE, DeepStack, XR-0's
+    head), whose prefixes the fleet prefills one robot at a time."""
+    texts, kv_compared, batched_frames, _ = serve(ROBOTS, 4, family="qwen3vl")
+    assert texts["fleet"] == texts["alone"]
+    assert len(texts["fleet"]) == sum(len(robot_requests(r, f)) for r in ROBOTS for f in range(4)) > 0
+    assert kv_compared > 0 and batched_frames > 0
+
+
 def test_a_robot_left_out_of_frames_blocks_nobody():
     """A robot missing from some frames gets no chunk there (nor does it hold up the
     others'); its live requests keep decoding and its queued ones start from its own next
@@ -177,7 +212,7 @@ def test_one_robots_flood_does_not_starve_another():
         if f == 1:
             fleet.submit("r1", answer)
         obs[f] = {r: robot_observation(r, f) for r in ("r0", "r1")}
-        results = fleet.step(obs[f], {r: robot_noise(r, f) for r in obs[f]})
+        results = fleet.step(obs[f], {r: robot_noise(model, r, f) for r in obs[f]})
         for res in results.values():
             texts.update({d.request_id: d.full_text for d in res.finished})
         assert len(fleet.core.live) <= 3
@@ -215,9 +250,9 @@ def test_a_faulty_observation_leaves_only_that_robot_out():
     bad = robot_observation("r1", 0)
     bad.state = np.full(8, np.nan)
     good = robot_observation("r0", 0)
-    chunks = fleet.act({"r0": good, "r1": bad}, {"r0": robot_noise("r0", 0)})
+    chunks = fleet.act({"r0": good, "r1": bad}, {"r0": robot_noise(model, "r0", 0)})
     assert list(chunks) == ["r0"] and "NaN" in fleet.faults["r1"]
-    ref = IsolatedRunner(model, tok).action(good, robot_noise("r0", 0)).numpy()
+    ref = IsolatedRunner(model, tok).action(good, robot_noise(model, "r0", 0)).numpy()
     assert np.abs(chunks["r0"].actions - ref).max() <= 1e-5
     results = fleet.talk()
     assert list(results) == ["r0"]
@@ -234,7 +269,7 @@ def test_a_guided_robot_beside_a_batched_one():
     previous = np.random.default_rng(5).uniform(-1, 1, (7, 8)).astype(np.float32)
     guide = RTCGuide(RTCConfig(mode="guided", execution_horizon=6), previous, delay=2)
     obs = {r: robot_observation(r, 0) for r in ("r0", "r1")}
-    noise = {r: robot_noise(r, 0) for r in obs}
+    noise = {r: robot_noise(model, r, 0) for r in obs}
     chunks = fleet.act(obs, noise, rtc={"r0": guide})
     fleet.talk()
     iso = IsolatedRunner(model, tok)
@@ -242,3 +277,23 @@ def test_a_guided_robot_beside_a_batched_one():
     assert np.abs(chunks["r0"].actions - guided).max() <= 1e-5
     assert np.abs(chunks["r0"].actions - iso.action(obs["r0"], noise["r0"]).numpy()).max() > 1e-3
     assert np.abs(chunks["r1"].actions - iso.action(obs["r1"], noise["r1"]).numpy()).max() <= 1e-5
+
+
+def test_a_robots_backlog_counts_what_fair_admission_puts_ahead_of_it():
+    """Every live request, the robot's own queue, and of each other robot as many queued
+    requests as one more than the robot's own (one a robot per round)."""
+    model, tok = tiny()
+    fleet = FleetEngine(model, tok, config(max_requests=2), max_robots=3)
+    for j in range(4):
+        fleet.submit("r0", LanguageRequest(f"a{j}", max_new_tokens=5 + j))
+    fleet.submit("r1", LanguageRequest("b", max_new_tokens=3))
+    view = fleet.view("r1")
+    assert view.backlog() == fleet.backlog("r1")
+    b = fleet.backlog("r1")
+    assert sorted(b.queued) == [3, 5, 6] and b.live == () and b.slots == 2
+    assert sorted(fleet.backlog("r0").queued) == [3, 5, 6, 7, 8]
+    assert sorted(fleet.backlog("r2").queued) == [3, 5]     # none of its own: one of each other robot
+    fleet.step({r: robot_observation(r, 0) for r in ("r0", "r1")},
+               {r: robot_noise(model, r, 0) for r in ("r0", "r1")})
+    assert len(fleet.backlog("r1").live) == 2     # the pool's two slots, whoever holds them
+    assert view.submit(LanguageRequest("c", max_new_tokens=2)) in fleet.owner

@@ -21,7 +21,8 @@ from ros_helpers import peer_env
 ROOT = Path(__file__).resolve().parents[1]
 THOR = ROOT / "config" / "humanoid_thor.yaml"
 LAUNCH = {"humanoid_thor": ROOT / "launch" / "humanoid_thor.launch.py",
-          "demo": ROOT / "launch" / "demo.launch.py"}
+          "demo": ROOT / "launch" / "demo.launch.py",
+          "fleet": ROOT / "launch" / "fleet.launch.py"}
 THOR_ARGS = {"params_file", "namespace", "model", "checkpoint", "record", "record_dir"}
 
 
@@ -57,12 +58,21 @@ def _type_ok(spec, value) -> bool:
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "config").glob("*.yaml")))
 def test_every_profile_parameter_is_declared_typed_and_in_range(name):
     """A typo or a stale name in a profile would be silently ignored by ROS: refuse it here."""
+    from oxygen_ros.node.params import PER_ROBOT
+
     spec = specs()
     params = profile(ROOT / "config" / name)
-    unknown = sorted(set(params) - set(spec))
+    robots = params.get("robots", [])
+    # a fleet's per-robot sections: ROBOT.NAME for NAME in PER_ROBOT
+    flat = {k: v for k, v in params.items() if k not in robots}
+    for robot in robots:
+        section = params.get(robot, {})
+        assert set(section) <= set(PER_ROBOT), f"{name}: {robot}: not per-robot: {set(section) - set(PER_ROBOT)}"
+        flat.update({f"{robot}.{k}": v for k, v in section.items()})
+    unknown = sorted(k for k in flat if k.split(".")[-1] not in spec)
     assert not unknown, f"{name}: parameters the node does not declare: {unknown}"
-    for key, value in params.items():
-        s = spec[key]
+    for key, value in flat.items():
+        s = spec[key.split(".")[-1]]
         assert _type_ok(s, value), f"{name}: {key} = {value!r} is not of the declared type"
         if s.range is not None:
             lo, hi = s.range
@@ -158,6 +168,26 @@ def test_launch_files_parse_and_only_pick_a_profile_and_a_few_overrides():
     demo = ast.parse(LAUNCH["demo"].read_text())
     assert _declared_args(demo) == {"params_file", "namespace", "record"}
     assert "demo.yaml" in LAUNCH["demo"].read_text() and "humanoid_thor.launch.py" in LAUNCH["demo"].read_text()
+    fleet = ast.parse(LAUNCH["fleet"].read_text())
+    assert _declared_args(fleet) == {"params_file", "robots", "sims"}
+    kw = {k.arg: k.value for k in _calls(fleet, "LifecycleNode")[0].keywords}
+    assert (kw["executable"].value, kw["name"].value) == ("oxygen_node", "oxygen_fleet")
+    assert "robots" in profile(ROOT / "config" / "fleet.yaml")
+
+
+def test_fleet_launch_starts_one_node_and_a_sim_per_robot_where_launch_ros_exists():
+    pytest.importorskip("launch_ros")
+    from launch import LaunchContext
+    from launch.actions import ExecuteProcess, OpaqueFunction
+    from launch_ros.actions import LifecycleNode
+
+    ld = _load_launch(LAUNCH["fleet"]).generate_launch_description()
+    setup = next(e for e in ld.entities if isinstance(e, OpaqueFunction))
+    ctx = LaunchContext()
+    ctx.launch_configurations.update(params_file=str(ROOT / "config" / "fleet.yaml"), robots="a,b", sims="true")
+    actions = setup.function(ctx)
+    assert sum(isinstance(a, LifecycleNode) for a in actions) == 1
+    assert sum(isinstance(a, ExecuteProcess) and not isinstance(a, LifecycleNode) for a in actions) == 2
 
 
 def _load_launch(path: Path):

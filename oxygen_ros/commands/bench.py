@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", metavar="N[,N...]", default="",
                    help="the gain of sharing as action experts are added: sequential vs oxygen with the "
                         "profile's first N experts, e.g. 1,2,3 (a multi-expert profile: qwen3vl-multi-cpu)")
+    p.add_argument("--robots", metavar="N[,N...]", default="",
+                   help="fleet mode: N robots served by one fleet engine vs by N separate engines, e.g. 1,2,4 "
+                        "(per-robot chunk rate and latency, total tokens/s, exactness per robot)")
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON here")
 
 
@@ -58,7 +61,17 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.engine import native
     if settings.fused:
         print(f"fused action path: {native.status()}", file=sys.stderr)
-    if args.experts:
+    if args.robots:
+        from oxygen_ros.engine.bench.fleet_bench import format_fleet, run_fleet_bench
+
+        try:
+            counts = tuple(int(v) for v in args.robots.split(",") if v.strip())
+            report = run_fleet_bench(model, tok, settings, counts)
+        except ValueError as e:
+            print(f"oxygen bench: --robots: {e}", file=sys.stderr)
+            return 2
+        print(format_fleet(report))
+    elif args.experts:
         counts = tuple(int(v) for v in args.experts.split(",") if v.strip())
         try:
             report = bench.run_expert_scaling(model, tok, settings, counts)

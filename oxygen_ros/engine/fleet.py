@@ -34,6 +34,7 @@ from typing import Hashable
 import numpy as np
 import torch
 
+from .admission import Backlog
 from .fleet_batch import FleetBatch
 from .frame import ChunkResult, FrameResult, PhaseTimer
 from .layers.engine_model import EngineModel
@@ -89,6 +90,26 @@ class FleetEngine:
 
     def live_requests(self, robot: RobotId) -> int:
         return sum(self.owner[lv.req.request_id] == robot for lv in self.core.live)
+
+    def backlog(self, robot: RobotId) -> Backlog:
+        """The language work ahead of a new request of `robot` (admission.py estimates from
+        it): every live request (they share the slots and the decode batch), then the queued
+        requests fair admission lets in first: the robot's own, and of each other robot as
+        many as one more than the robot's own (round by round, one a robot). Call it
+        between frames, from the thread that runs them."""
+        own = len(self.queues.get(robot, ()))
+        queued = [r.max_new_tokens for r in self.queues.get(robot, ())]
+        for other, queue in self.queues.items():
+            if other != robot:
+                queued += [r.max_new_tokens for r in list(queue)[:own + 1]]
+        return Backlog(live=tuple(lv.req.max_new_tokens - len(lv.tokens) for lv in self.core.live),
+                       queued=tuple(queued), slots=self.config.max_requests,
+                       steps_per_frame=self.core._last_budget)
+
+    def view(self, robot: RobotId) -> "RobotView":
+        """What one robot's own code (its requests, its question estimates) sees of the fleet."""
+        self._register(robot)
+        return RobotView(self, robot)
 
     def _register(self, robot: RobotId) -> None:
         if robot not in self.queues:
@@ -272,3 +293,60 @@ class FleetEngine:
             if d.done:
                 self.owner.pop(d.request_id, None)
         return results
+
+
+class RobotView:
+    """One robot's side of a FleetEngine, with the surface of an OxygenEngine that the
+    per-robot code uses (submit, backlog, config, pool, frame_index); frames are the fleet's."""
+
+    def __init__(self, fleet: FleetEngine, robot: RobotId):
+        self.fleet, self.robot = fleet, robot
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.fleet.config
+
+    @property
+    def pool(self):
+        return self.fleet.pool
+
+    @property
+    def frame_index(self) -> int:
+        return self.fleet.frame_index
+
+    def submit(self, req: LanguageRequest) -> int:
+        return self.fleet.submit(self.robot, req)
+
+    def backlog(self) -> Backlog:
+        return self.fleet.backlog(self.robot)
+
+
+class FleetOfOne:
+    """An OxygenEngine behind FleetEngine's frame API (dicts by robot), so one loop drives
+    a node that serves one robot and one that serves several; the one robot keeps
+    OxygenEngine's own paths (chunk and CUDA graphs, RTC, further experts)."""
+
+    def __init__(self, engine: OxygenEngine, robot: RobotId = ""):
+        self.engine, self.robot = engine, robot
+        self.faults: dict[RobotId, str] = {}
+        self._acted = False
+
+    def act(self, observations: dict, rtc: dict | None = None, expert_rtc: dict | None = None) -> dict:
+        self.faults, self._acted = {}, False
+        if self.robot not in observations:
+            return {}
+        try:
+            chunk = self.engine.act(observations[self.robot], rtc=(rtc or {}).get(self.robot),
+                                    expert_rtc=(expert_rtc or {}).get(self.robot))
+        except (ObservationError, ValueError) as e:
+            self.faults[self.robot] = str(e)
+            return {}
+        self._acted = True
+        return {self.robot: chunk}
+
+    def talk(self) -> dict:
+        """The frame's language, if act() made a chunk (no frame is open otherwise)."""
+        if not self._acted:
+            return {}
+        self._acted = False
+        return {self.robot: self.engine.talk()}

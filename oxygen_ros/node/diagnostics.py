@@ -91,10 +91,23 @@ def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, cou
 
 
 def publish(node: OxygenNode) -> None:
-    """The diagnostics timer's callback: the node's runtime figures on /diagnostics."""
-    rt = node.runtime
-    if rt is None:                  # cleaned up while the timer fired
+    """The diagnostics timer's callback: the runtime figures of every robot the node
+    serves on /diagnostics (a fleet robot's statuses named NODE/ROBOT: ...)."""
+    serving = node.serving
+    if serving is None:             # cleaned up while the timer fired
         return
+    arr = None
+    for rt in list(serving.robots.values()):
+        one = _robot(node, serving, rt)
+        if arr is None:
+            arr = one
+        else:
+            arr.status.extend(one.status)
+    if arr is not None:
+        serving.diag_pub.publish(arr)
+
+
+def _robot(node: OxygenNode, serving, rt) -> DiagnosticArray:
     engine = rt.engine
     language = {
         "live_requests": rt.stats.last.get("live_requests", 0),
@@ -119,8 +132,8 @@ def publish(node: OxygenNode) -> None:
                                          f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
                                          f"rtc_input_gaps:{e.name}": e.rtc.input_gaps,
                                          f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
-    arr = build(
-        node.get_fully_qualified_name(), node.get_clock().now().to_msg(), node.lifecycle_state,
+    name = node.get_fully_qualified_name() + (f"/{rt.name}" if rt.name else "")
+    return build(
+        name, node.get_clock().now().to_msg(), node.lifecycle_state,
         rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
-        rt.monitor.snapshot(), rt.monitor.counts(), language, rt.period_s, robot_time)
-    rt.diag_pub.publish(arr)
+        rt.monitor.snapshot(), rt.monitor.counts(), language, serving.period_s, robot_time)

@@ -1,16 +1,20 @@
-"""The control loop: one engine frame per tick on the inference thread, inputs to published chunk.
+"""The control loop: one engine frame per tick on the inference thread, inputs to published chunks.
 
 Its own thread keeps the executor free for sensors, questions and diagnostics while a frame
 computes; a frame that overruns skips the ticks it overlapped, one that fails never ends the loop.
+A node serving a fleet runs the same loop: each robot whose inputs are usable is in the
+tick's frame (one batched prefill and action sampling), each robot's chunk goes out as soon
+as the batch has it, then one decode batch serves every robot's text. A robot whose inputs
+are not usable is left out and diagnosed; it never holds the others back.
 """
 from __future__ import annotations
 
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.observation import ObservationError
 from ..engine.policy_io import PolicyIOError
 from ..engine.requests import LanguageRequest, RequestRejected
 from . import params as node_params
@@ -19,36 +23,54 @@ from .logs import LOG_THROTTLE_S
 from .tick_clock import TickClock
 
 if TYPE_CHECKING:
-    from .oxygen_node import OxygenNode, Runtime
+    from .oxygen_node import OxygenNode, Runtime, Serving
+
+
+@dataclass
+class RobotFrame:
+    """One robot's inputs to a tick's frame."""
+    obs: object                 # the engine's Observation
+    state: object               # joint positions the observation was built from
+    obs_stamp_ns: int
+    live: dict                  # the live parameters read for this frame
+    guide: object               # RTC guide of the first expert (or None)
+    expert_guides: dict
 
 
 class FrameLoop:
     """One activation's loop: `run` is the inference thread's target, until `stop` is set."""
 
-    def __init__(self, node: OxygenNode, rt: Runtime, stop: threading.Event):
-        self._node, self._rt, self._stop = node, rt, stop
-        self._publish = FramePublisher(node, rt)
+    def __init__(self, node: OxygenNode, serving: Serving, stop: threading.Event):
+        self._node, self._serving, self._stop = node, serving, stop
+        self._robots = serving.robots
+        self._publish = {name: FramePublisher(node, rt) for name, rt in self._robots.items()}
+
+    def _log(self, rt: Runtime, topic: str):
+        return self._node.log_for(topic, rt.name)
 
     def run(self) -> None:
-        rt, log = self._rt, self._node.log_for
+        serving, log = self._serving, self._node.log_for
+        robots = list(self._robots.values())
         # replanning "asap": no ticks, the next frame starts when the last one ends
-        clock = TickClock(rt.period_s) if rt.robot_time.replanning == "rate" else None
+        clock = TickClock(serving.period_s) if robots[0].robot_time.replanning == "rate" else None
         first = True                   # no frame has run in this activation yet
         while clock.wait(self._stop) if clock else not self._stop.is_set():
-            start, ran = time.monotonic(), False
+            start, ran = time.monotonic(), set()
             try:
                 ran = self.tick()
                 if ran:
-                    self._check_rate(time.monotonic() - start)
+                    self._check_rate(ran, time.monotonic() - start)
             except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
                 if self._stop.is_set() or not self._node.context.ok():   # shutting down (Ctrl-C)
                     break
-                rt.stats.no_chunk(f"frame failed: {type(e).__name__}: {e}", error=True)
+                for rt in robots:
+                    rt.stats.no_chunk(f"frame failed: {type(e).__name__}: {e}", error=True)
                 log("control_loop").error(
                     f"frame failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
                     throttle_duration_sec=LOG_THROTTLE_S)
-            if not ran:
-                rt.answers.no_frame()
+            for rt in robots:
+                if rt.name not in ran:
+                    rt.answers.no_frame()
             if clock is None:
                 if not ran:
                     self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
@@ -58,10 +80,14 @@ class FrameLoop:
             first = first and not ran
             skipped = clock.advance()
             if skipped:
-                rt.stats.skipped(skipped)
+                for rt in robots:
+                    rt.stats.skipped(skipped)
                 log("deadline").warning(
-                    f"frame overran the {rt.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
-                    f"({rt.stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+                    f"frame overran the {serving.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
+                    f"({robots[0].stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _usable(self) -> bool:
+        return any(rt.monitor.snapshot().usable for rt in self._robots.values())
 
     def _first_inputs(self, clock: TickClock) -> bool:
         """Before the first frame, poll the inputs until the next tick instead of sleeping:
@@ -69,81 +95,103 @@ class FrameLoop:
         activation, which made the first chunk a whole period late (4 s at 0.25 Hz). True
         (and the ticks restarted from now) once they are usable; False at once when they
         were (the tick failed otherwise: the next one as usual)."""
-        if self._rt.monitor.snapshot().usable:
+        if self._usable():
             return False
         next_tick = clock.next_tick + clock.period_s
         while time.monotonic() < next_tick and not self._stop.wait(0.01):
-            if self._rt.monitor.snapshot().usable:
+            if self._usable():
                 clock.restart()
                 return True
         return False
 
-    def _check_rate(self, frame_s: float) -> None:
-        warning = self._rt.robot_time.frame_done(frame_s)
-        if warning:
-            self._node.log_for("rate").warning(warning)
+    def _check_rate(self, ran: set, frame_s: float) -> None:
+        for name in ran:
+            rt = self._robots[name]
+            warning = rt.robot_time.frame_done(frame_s)
+            if warning:
+                self._log(rt, "rate").warning(warning)
 
-    def tick(self) -> bool:
-        """One frame; True when it ran (a chunk was computed), False when inputs stopped it."""
-        node, rt, log = self._node, self._rt, self._node.log_for
+    def tick(self) -> set:
+        """One frame; the robots it computed a chunk for (empty when inputs stopped them all)."""
+        node, serving = self._node, self._serving
         now = node.get_clock().now()
         tick_mono = time.monotonic()
+        frames = {}
+        for name, rt in self._robots.items():
+            frame = self._prepare(rt, now)
+            if frame is not None:
+                frames[name] = frame
+        if not frames:
+            return set()
+        sent = {}
+        try:
+            chunks = serving.frames.act({n: f.obs for n, f in frames.items()},
+                                        rtc={n: f.guide for n, f in frames.items()},
+                                        expert_rtc={n: f.expert_guides for n, f in frames.items()})
+            for name, why in serving.frames.faults.items():
+                rt = self._robots[name]
+                rt.stats.no_chunk(f"observation rejected by the model: {why}", error=True)
+                self._log(rt, "observation").error(f"no action chunk: observation rejected by the model: {why}",
+                                                   throttle_duration_sec=LOG_THROTTLE_S)
+            acted = time.perf_counter()
+            for name, chunk in chunks.items():
+                f = frames[name]
+                sent[name] = self._publish[name].chunk(chunk, f.state, now, tick_mono, f.obs_stamp_ns, f.live)
+                # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
+                sent[name]["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
+        finally:
+            results = serving.frames.talk()   # language only after the chunks are out (and always:
+        for name, result in results.items():  # it closes the engine's frame)
+            if name in sent:
+                self._publish[name].frame(result, frames[name].obs_stamp_ns, sent[name])
+            else:                            # not in this frame: its requests decoded all the same
+                self._publish[name].text(result)
+        return set(sent)
+
+    def _prepare(self, rt: Runtime, now) -> RobotFrame | None:
+        """A robot's observation for this frame, its requests handed to the engine; None
+        (and the reason counted and logged) when its inputs cannot make one."""
+        node = self._node
         jump = rt.monitor.note_ros_time(now.nanoseconds)
         if jump < 0:
-            log("clock").warning(
+            self._log(rt, "clock").warning(
                 f"ROS time jumped back by {-jump:.3f} s; observation ages use the monotonic clock",
                 throttle_duration_sec=LOG_THROTTLE_S)
         elif jump > 0:
-            log("clock").warning(
+            self._log(rt, "clock").warning(
                 f"ROS time jumped forward by {jump:.3f} s; the inputs received before it are that much older",
                 throttle_duration_sec=LOG_THROTTLE_S)
-        live = node_params.read(node, node_params.LIVE)   # live parameters apply from this frame
+        live = node_params.read(node, node_params.LIVE, robot=rt.name)   # live parameters apply from this frame
         rt.monitor.max_age_s = live["max_observation_age_s"]
         snap = rt.monitor.snapshot()
         if not snap.usable:
             reason = "; ".join(snap.problems) or "inputs not usable"
             rt.stats.no_chunk(reason)
-            log("inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
-            return False
+            self._log(rt, "inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
+            return None
         images = node.inputs.frame_images(rt, snap)
         if images is None:
-            return False
+            return None
         state = snap.values[rt.joint_input]
         try:
             obs = rt.policy.observation(images, state, live["instruction"], snap.stamp_ns / 1e9)
         except PolicyIOError as e:
             rt.stats.no_chunk(f"observation rejected by the policy I/O: {e}", error=True)
-            log("observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
-                                     throttle_duration_sec=LOG_THROTTLE_S)
-            return False
-        self._submit_requests(live)
+            self._log(rt, "observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
+                                               throttle_duration_sec=LOG_THROTTLE_S)
+            return None
+        self._submit_requests(rt, live)
         rt.answers.frame_started(rt.engine.backlog())     # what a question asked now would wait behind
         obs_stamp_ns = snap.stamp_ns or now.nanoseconds       # unstamped inputs: the tick's time
         guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
         if note:
-            log("rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)
+            self._log(rt, "rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)
         # each further expert continues its own previous chunk (notes: the first expert's say it)
         expert_guides = {e.name: e.rtc.guide(obs_stamp_ns / 1e9, state)[0] for e in rt.experts}
-        try:
-            chunk = rt.engine.act(obs, rtc=guide, expert_rtc=expert_guides)
-        except (ObservationError, ValueError) as e:
-            rt.stats.no_chunk(f"observation rejected by the model: {e}", error=True)
-            log("observation").error(f"no action chunk: observation rejected by the model: {e}",
-                                     throttle_duration_sec=LOG_THROTTLE_S)
-            return False
-        acted = time.perf_counter()
-        try:
-            sent = self._publish.chunk(chunk, state, now, tick_mono, obs_stamp_ns, live)
-            # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
-            sent["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
-        finally:
-            result = rt.engine.talk()      # language only after the chunk is out (and always:
-        self._publish.frame(result, obs_stamp_ns, sent)   # it closes the engine's frame)
-        return True
+        return RobotFrame(obs, state, obs_stamp_ns, live, guide, expert_guides)
 
-    def _submit_requests(self, live: dict) -> None:
+    def _submit_requests(self, rt: Runtime, live: dict) -> None:
         """Hand waiting questions, then due narration and memory requests, to the engine."""
-        rt = self._rt
         engine = rt.engine
         cap = engine.config.max_new_tokens
         for q in rt.board.take():          # questions first: they have a caller waiting
@@ -163,5 +211,5 @@ class FrameLoop:
                 rt.stream_live[stream] = engine.submit(req)
             except RequestRejected as e:
                 rt.skipped_requests[stream] += 1
-                self._node.log_for(stream).warning(f"{stream} request skipped: {e}",
-                                                   throttle_duration_sec=LOG_THROTTLE_S)
+                self._log(rt, stream).warning(f"{stream} request skipped: {e}",
+                                              throttle_duration_sec=LOG_THROTTLE_S)

@@ -24,7 +24,8 @@ class FramePublisher:
     def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> dict:
         """Publish the action chunk now, stamped at its observation's time; returns the
         figures FrameTiming carries."""
-        rt, log = self._rt, self._node.log_for
+        rt = self._rt
+        log = lambda topic: self._node.log_for(topic, rt.name)  # noqa: E731
         actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
         positions, clipped = rt.action_joints.clip(actions)
         if clipped:
@@ -66,30 +67,34 @@ class FramePublisher:
         timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s, **sent)
         timing.header.stamp = self._node.get_clock().now().to_msg()
         rt.pubs["timing"].publish(timing)
-
-        for d in merge_deltas(result.deltas):
-            pub = rt.pubs.get(d.stream)
-            if pub is not None:
-                pub.publish(text_chunk_msg(d, timing.header.stamp))
-            if d.done:
-                self._finished(d)
-
+        self.text(result, timing.header.stamp)
         budget = rt.engine.config.steps_per_frame
         rt.stats.frame(ms["total"], missed, result.tokens_emitted, decode_steps=result.decode_steps,
                        decode_budget=budget if budget else f"auto ({result.decode_steps})",
                        live_requests=result.live_requests, queued_requests=result.queued_requests,
                        kv_bytes_in_use=result.kv_bytes_in_use)
 
+    def text(self, result, stamp=None) -> None:
+        """The frame's text deltas (a fleet robot absent from the frame gets only these:
+        its requests decode in every frame)."""
+        stamp = stamp or self._node.get_clock().now().to_msg()
+        for d in merge_deltas(result.deltas):
+            pub = self._rt.pubs.get(d.stream)
+            if pub is not None:
+                pub.publish(text_chunk_msg(d, stamp))
+            if d.done:
+                self._finished(d)
+
     def _finished(self, d) -> None:
         rt = self._rt
         if d.error:
-            self._node.log_for(d.stream).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
+            self._node.log_for(d.stream, rt.name).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
                                                  throttle_duration_sec=LOG_THROTTLE_S)
         if rt.stream_live.get(d.stream) == d.request_id:
             rt.stream_live[d.stream] = None     # the stream may start its next request
         if d.stream == "memory" and not d.error:
             if rt.memory.add(d.full_text):
-                self._node.log_for("memory").info(
+                self._node.log_for("memory", rt.name).info(
                     f"memory log full: the latest {rt.p['memory_log_size']} entries are kept (memory_log_size), "
                     "older ones are dropped", once=True)
         elif d.stream == "answer":

@@ -17,7 +17,17 @@ The control loop runs in its own thread at control_rate_hz: the executor's threa
 free for sensor callbacks, the ask_progress service and diagnostics while a frame
 computes, and a frame that overruns skips the ticks it overlapped (no catch-up burst).
 
-This module keeps the lifecycle and what configure builds (Runtime); the rest, by concern:
+Fleet mode (`robots: [arm1, arm2, ...]`): one node and one model serve several robots,
+each under its own namespace (/arm1/joint_states, /arm1/joint_trajectory, /arm1/ask_progress,
+...) with its own instruction, joints, policy I/O, RTC state, memory and questions; a
+parameter set as `arm1.NAME` overrides the shared NAME for that robot (params.PER_ROBOT).
+Each tick is one frame for all of them (engine/fleet.py): one batched prefill and action
+sampling over the robots whose inputs are usable, then one decode batch. One parameter
+of the same executable rather than a second one: the lifecycle, the services, the
+diagnostics and the launch files stay one, and a single robot is a fleet of one.
+
+This module keeps the lifecycle and what configure builds (Serving, a Runtime per robot);
+the rest, by concern:
   frame_loop.py        the inference thread: one frame per tick, requests submitted
   frame_publisher.py   a frame's action chunks, FrameTiming and text
   sensor_inputs.py     the camera and joint-state callbacks
@@ -75,14 +85,15 @@ SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FA
 
 @dataclass
 class Runtime:
-    """Everything on_configure creates and on_cleanup frees."""
+    """One robot's part of what on_configure creates and on_cleanup frees."""
+    name: str                          # the robot: "" for the node's own namespace, else a fleet's
     p: dict
     joints: JointSpace                 # the state's joints (read from joint states)
     action_joints: JointSpace          # the joints the action dimensions drive; the envelope
     policy: object                     # engine.policy_io LimitsIO | PolicyIO
     model: object
     tok: object
-    engine: object
+    engine: object                     # OxygenEngine, or a fleet robot's RobotView of the FleetEngine
     period_s: float
     cameras: dict                      # input name (resolved topic) -> Camera (slot, transport, view)
     joint_input: str
@@ -94,12 +105,23 @@ class Runtime:
     answers: AnswerEstimator           # when a new question's answer would be complete
     pubs: dict = field(default_factory=dict)
     subs: list = field(default_factory=list)
-    timer: object = None
-    diag_pub: object = None
     stream_live: dict = field(default_factory=lambda: {"narration": None, "memory": None})
     skipped_requests: dict = field(default_factory=lambda: {"narration": 0, "memory": 0})
     clipped_points: int = 0            # published chunk points clipped into the joint limits
     experts: list = field(default_factory=list)   # node/expert_outputs.ExpertOutput per further expert
+
+
+@dataclass
+class Serving:
+    """What on_configure creates once for all the robots the node serves."""
+    model: object
+    tok: object
+    engine: object                     # OxygenEngine (one robot) or FleetEngine
+    frames: object                     # the frame API the loop drives: FleetEngine, or FleetOfOne
+    period_s: float
+    robots: dict = field(default_factory=dict)    # name -> Runtime, in the order of `robots`
+    timer: object = None
+    diag_pub: object = None
 
 
 class OxygenNode(LifecycleNode):
@@ -117,23 +139,45 @@ class OxygenNode(LifecycleNode):
         self.log_for = ChildLoggers(self.get_logger())
         self.inputs = SensorInputs(self)
         self._state = "unconfigured"
-        self._rt: Runtime | None = None
+        self._serving: Serving | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.create_service(AskProgress, "~/ask_progress", partial(question_service.ask_progress, self),
-                            qos_profile=qos.SERVICES, callback_group=self._service_group)
+        self.robots = node_params.read(self, ["robots"])["robots"]     # [] : one robot, the node's own
+        try:
+            node_params.check_robot_names(self.robots)
+        except ValueError as e:
+            self._param_problems["robots"] = f"parameter robots: {e}"
+            self.get_logger().error(f"{e} (configure will fail)")
+            self.robots = []
+        for problem in node_params.declare_robot_parameters(self, self.robots):
+            self._param_problems[problem.split(":")[0].removeprefix("parameter ")] = problem
+            self.get_logger().error(f"{problem} (the shared value is used; configure will fail)")
+        # one ask_progress per robot: the node's own, or /ROBOT/ask_progress in a fleet
+        for robot, name in ([(r, f"/{r}/ask_progress") for r in self.robots] or [("", "~/ask_progress")]):
+            self.create_service(AskProgress, name, partial(question_service.ask_progress, self, robot),
+                                qos_profile=qos.SERVICES, callback_group=self._service_group)
         # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
         self.context.on_shutdown(self._stop.set)
 
     @property
     def executor_threads(self) -> int:
         # sensor callbacks, transitions, diagnostics, plus one per waiting question
-        return 4 + self.get_parameter("max_concurrent_questions").value
+        return 4 + max(1, len(self.robots)) * self.get_parameter("max_concurrent_questions").value
 
     @property
     def runtime(self) -> Runtime | None:
-        """What configure built; None while unconfigured (callbacks may still run then)."""
-        return self._rt
+        """The (first) robot's part of what configure built; None while unconfigured."""
+        return next(iter(self._serving.robots.values()), None) if self._serving else None
+
+    def runtime_of(self, robot: str) -> Runtime | None:
+        """A robot's part of what configure built; None while unconfigured (callbacks may
+        still run then)."""
+        serving = self._serving
+        return None if serving is None else serving.robots.get(robot)
+
+    @property
+    def serving(self) -> Serving | None:
+        return self._serving
 
     @property
     def lifecycle_state(self) -> str:
@@ -144,7 +188,9 @@ class OxygenNode(LifecycleNode):
     def _check_parameters(self, params) -> SetParametersResult:
         frozen = [p.name for p in params
                   if p.name in node_params.SPEC and node_params.SPEC[p.name].when == "configure"]
-        if frozen and self._rt is not None:
+        frozen += [p.name for p in params if "." in p.name
+                   and getattr(node_params.SPEC.get(p.name.split(".", 1)[1]), "when", "") == "configure"]
+        if frozen and self._serving is not None:
             return SetParametersResult(
                 successful=False,
                 reason=f"{', '.join(frozen)} apply at configure: cleanup the node, set, configure again")
@@ -158,56 +204,99 @@ class OxygenNode(LifecycleNode):
         try:
             if self._param_problems:
                 raise ValueError("; ".join(self._param_problems.values()))
-            self._rt = self._configure()
+            self._serving = self._configure()
         except Exception as e:  # noqa: BLE001 - every failure becomes a FAILURE with its reason
             self.get_logger().error(f"configure failed: {type(e).__name__}: {e}")
             self._release()
             return FAILURE
-        rt = self._rt
         self._state = "inactive"
+        serving = self._serving
         self.get_logger().info(
-            f"configured in {time.monotonic() - t0:.1f} s: model {rt.p['model']}, KV pool "
-            f"{rt.engine.pool.bytes_total / 2**20:.1f} MiB, {len(rt.cameras)} camera(s) -> "
-            f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
-            f"{len(rt.joints.names)} joints, replanning {rt.robot_time.replanning_text}, actions at "
-            f"{rt.robot_time.action_rate_hz:g} Hz ({rt.robot_time.action_rate_source}), RTC "
-            f"{rt.robot_time.rtc.config.mode}, policy I/O {rt.policy.convention} "
-            f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})")
+            f"configured in {time.monotonic() - t0:.1f} s: model {serving.model.cfg.name}, KV pool "
+            f"{serving.engine.pool.bytes_total / 2**20:.1f} MiB"
+            + (f", fleet of {len(serving.robots)} robots" if self.robots else ""))
+        for rt in serving.robots.values():
+            self.get_logger().info(
+                f"{self._robot_label(rt.name)}{len(rt.cameras)} camera(s) -> "
+                f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
+                f"{len(rt.joints.names)} joints, replanning {rt.robot_time.replanning_text}, actions at "
+                f"{rt.robot_time.action_rate_hz:g} Hz ({rt.robot_time.action_rate_source}), RTC "
+                f"{rt.robot_time.rtc.config.mode}, policy I/O {rt.policy.convention} "
+                f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})")
         return super().on_configure(state)
 
-    def _configure(self) -> Runtime:
-        from .params import build_engine, build_policy_io
+    @staticmethod
+    def _robot_label(robot: str) -> str:
+        return f"robot {robot}: " if robot else ""
 
-        p = node_params.read(self)
+    def _configure(self) -> Serving:
+        from ..engine.fleet import FleetOfOne
+        from .params import build_engine
+
+        shared = node_params.read(self)
+        per_robot = {r: node_params.read(self, robot=r) for r in self.robots}
+        model, tok, engine = build_engine(shared, per_robot or None)
+        period_s = 1.0 / shared["control_rate_hz"]
+        self._serving = serving = Serving(
+            model=model, tok=tok, engine=engine, frames=engine if self.robots else FleetOfOne(engine),
+            period_s=period_s)   # set now, so that _release frees what was made if a later step fails
+        for robot, p in (per_robot or {"": shared}).items():
+            try:
+                self._configure_robot(robot, p, model, tok, engine.view(robot) if robot else engine, period_s)
+            except Exception as e:  # noqa: BLE001 - said with the robot's name
+                if not robot:
+                    raise
+                raise ValueError(f"robot {robot}: {type(e).__name__}: {e}") from e
+        # /diagnostics reports the lifecycle state too, so it is a plain publisher.
+        serving.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.CONTROL)
+        # on the steady clock: diagnostics keep coming when sim time stalls or jumps
+        serving.timer = self.create_timer(shared["diagnostics_period_s"], partial(diagnostics.publish, self),
+                                          callback_group=self._diag_group,
+                                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        return serving
+
+    def _topic(self, robot: str, topic: str) -> str:
+        """A parameter's topic name, resolved: the node's way for its own robot; a fleet
+        robot's relative names live under /ROBOT/ (private ones under /ROBOT/NODE/)."""
+        if not robot:
+            return self.resolve_topic_name(topic)
+        if topic.startswith("/"):
+            raise ValueError(f"topic {topic} is absolute: a fleet robot's topics are relative to its "
+                             f"namespace /{robot}/ (or set {robot}.<parameter> to another relative name)")
+        if topic.startswith("~"):
+            topic = f"{self.get_name()}/{topic[1:].lstrip('/')}"
+        return f"/{robot}/{topic}"
+
+    def _configure_robot(self, robot: str, p: dict, model, tok, engine, period_s: float) -> Runtime:
+        from .params import build_policy_io
+
         joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
         action_joints = self._action_joints(p, joints)
         topics = p["camera_topics"]
         if len(set(topics)) != len(topics):
             raise ValueError(f"camera_topics has duplicates: {topics}")
-        model, tok, engine = build_engine(p)
         cfg = model.cfg
         if len(topics) > len(cfg.camera_slots):
             raise ValueError(f"{len(topics)} camera_topics but model {cfg.name} has "
                              f"{len(cfg.camera_slots)} camera slots {list(cfg.camera_slots)}")
         policy = build_policy_io(p, model, tok, joints, action_joints)
-        resolve = lambda t: self.resolve_topic_name(t)  # noqa: E731
+        resolve = partial(self._topic, robot)
         cameras = {resolve(t): Camera(resolve(t), slot, transport_of(t, transport), view)
                    for t, slot, (transport, view) in zip(topics, cfg.camera_slots, per_camera(p, len(topics)))}
         if any(c.transport == "compressed" for c in cameras.values()):
-            self.get_logger().info(f"compressed cameras decoded with {decoder()[0]}")
+            self.get_logger().info(f"{self._robot_label(robot)}compressed cameras decoded with {decoder()[0]}")
         joint_input = resolve(p["joint_state_topic"])
-        period_s = 1.0 / p["control_rate_hz"]
         check_rtc_mode(p["rtc_mode"], cfg)
         robot_time = RobotTime.from_params(p, policy, cfg.expert.horizon, period_s)
         for warning in robot_time.configure_warnings:
-            self.get_logger().warning(warning)
-        if robot_time.rtc.enabled:
+            self.get_logger().warning(f"{self._robot_label(robot)}{warning}")
+        if robot_time.rtc.enabled and not robot:      # a fleet's guided robots sample one by one
             try:
                 ms = warm_up_rtc(engine, policy, robot_time.rtc.config, p["instruction"], len(joints.names))
                 self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
             except (ObservationError, PolicyIOError, ValueError) as e:   # an optimisation only:
                 self.get_logger().warning(f"RTC warm-up skipped ({e}): the first guided chunks may be late")
-        rt = Runtime(p=p, joints=joints, action_joints=action_joints, policy=policy,
+        rt = Runtime(name=robot, p=p, joints=joints, action_joints=action_joints, policy=policy,
                      model=model, tok=tok, engine=engine,
                      period_s=period_s, cameras=cameras, joint_input=joint_input,
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
@@ -215,34 +304,29 @@ class OxygenNode(LifecycleNode):
                      stats=LoopStats(), robot_time=robot_time, memory=MemoryLog(p["memory_log_size"]),
                      board=QuestionBoard(self.get_parameter("max_concurrent_questions").value),
                      answers=AnswerEstimator(period_s))
-        self._rt = rt   # so that _release frees what was created if a later step fails
+        self._serving.robots[robot] = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
         rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config)
+        publisher = self.create_lifecycle_publisher
         rt.pubs = {
-            **{f"trajectory:{e.name}": self.create_lifecycle_publisher(JointTrajectory, e.topic, qos.CONTROL)
+            **{f"trajectory:{e.name}": publisher(JointTrajectory, resolve(e.topic), qos.CONTROL)
                for e in rt.experts},
-            "trajectory": self.create_lifecycle_publisher(JointTrajectory, p["trajectory_topic"], qos.CONTROL),
-            "timing": self.create_lifecycle_publisher(FrameTiming, p["frame_timing_topic"], qos.CONTROL),
-            "narration": self.create_lifecycle_publisher(TextChunk, p["narration_topic"], qos.TEXT),
-            "memory": self.create_lifecycle_publisher(TextChunk, p["memory_topic"], memory_qos),
-            "answer": self.create_lifecycle_publisher(TextChunk, p["answer_topic"], qos.TEXT),
+            "trajectory": publisher(JointTrajectory, resolve(p["trajectory_topic"]), qos.CONTROL),
+            "timing": publisher(FrameTiming, resolve(p["frame_timing_topic"]), qos.CONTROL),
+            "narration": publisher(TextChunk, resolve(p["narration_topic"]), qos.TEXT),
+            "memory": publisher(TextChunk, resolve(p["memory_topic"]), memory_qos),
+            "answer": publisher(TextChunk, resolve(p["answer_topic"]), qos.TEXT),
         }
         if p["publish_camera_views"]:
-            rt.pubs.update({f"view:{c.slot}": self.create_lifecycle_publisher(
-                Image, f"~/camera_view/{c.slot}", qos.SENSOR) for c in cameras.values()})
+            rt.pubs.update({f"view:{c.slot}": publisher(Image, resolve(f"~/camera_view/{c.slot}"), qos.SENSOR)
+                            for c in cameras.values()})
         for name, cam in cameras.items():
             rt.subs.append(self.create_subscription(
-                cam.message_type, name, lambda msg, n=name: self.inputs.on_image(n, msg), qos.SENSOR,
+                cam.message_type, name, lambda msg, n=name: self.inputs.on_image(robot, n, msg), qos.SENSOR,
                 callback_group=self._sensor_group))
         rt.subs.append(self.create_subscription(
-            JointState, joint_input, self.inputs.on_joint_state, qos.SENSOR,
+            JointState, joint_input, partial(self.inputs.on_joint_state, robot), qos.SENSOR,
             callback_group=self._sensor_group))
-        # /diagnostics reports the lifecycle state too, so it is a plain publisher.
-        rt.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.CONTROL)
-        # on the steady clock: diagnostics keep coming when sim time stalls or jumps
-        rt.timer = self.create_timer(p["diagnostics_period_s"], partial(diagnostics.publish, self),
-                                     callback_group=self._diag_group,
-                                     clock=Clock(clock_type=ClockType.STEADY_TIME))
         return rt
 
     @staticmethod
@@ -261,20 +345,23 @@ class OxygenNode(LifecycleNode):
     def on_activate(self, state) -> TransitionCallbackReturn:
         ret = super().on_activate(state)     # enables the lifecycle publishers
         self._stop.clear()
-        self._rt.robot_time.activated()      # the first chunk has nothing to continue
-        for expert in self._rt.experts:
-            expert.rtc.reset()
+        for rt in self._serving.robots.values():
+            rt.robot_time.activated()        # the first chunk has nothing to continue
+            for expert in rt.experts:
+                expert.rtc.reset()
         self._state = "active"
-        self._thread = threading.Thread(target=FrameLoop(self, self._rt, self._stop).run,
+        self._thread = threading.Thread(target=FrameLoop(self, self._serving, self._stop).run,
                                         name="oxygen_control", daemon=True)
         self._thread.start()
-        self.get_logger().info(f"active: control loop, replanning {self._rt.robot_time.replanning_text}")
+        replanning = next(iter(self._serving.robots.values())).robot_time.replanning_text
+        self.get_logger().info(f"active: control loop, replanning {replanning}")
         return ret
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:
         self._state = "inactive"
         self._stop_loop()
-        self._rt.board.fail_all("the node was deactivated before the answer was complete")
+        for rt in self._serving.robots.values():
+            rt.board.fail_all("the node was deactivated before the answer was complete")
         self.get_logger().info("inactive: control loop stopped")
         return super().on_deactivate(state)  # disables the lifecycle publishers
 
@@ -301,8 +388,9 @@ class OxygenNode(LifecycleNode):
         False when the loop was still mid-frame after `join_s`: then nothing is freed (the
         frame holds it), which only a process about to exit may accept."""
         stopped = self._stop_loop(join_s)
-        if self._rt is not None:
-            self._rt.board.fail_all("the node is shutting down")
+        serving = self._serving
+        for rt in serving.robots.values() if serving else ():
+            rt.board.fail_all("the node is shutting down")
         if stopped:
             self._release()
         return stopped
@@ -323,22 +411,23 @@ class OxygenNode(LifecycleNode):
         return True
 
     def _release(self) -> None:
-        rt, self._rt = self._rt, None
-        if rt is None:
+        serving, self._serving = self._serving, None
+        if serving is None:
             return
-        if rt.timer is not None:
-            self.destroy_timer(rt.timer)
-        for sub in rt.subs:
-            self.destroy_subscription(sub)
-        for pub in rt.pubs.values():
-            self.destroy_lifecycle_publisher(pub)
-        if rt.diag_pub is not None:
-            self.destroy_publisher(rt.diag_pub)
-        device = getattr(rt.model, "device", None)
-        alive = weakref.ref(rt)
-        del rt
+        if serving.timer is not None:
+            self.destroy_timer(serving.timer)
+        for rt in serving.robots.values():
+            for sub in rt.subs:
+                self.destroy_subscription(sub)
+            for pub in rt.pubs.values():
+                self.destroy_lifecycle_publisher(pub)
+        if serving.diag_pub is not None:
+            self.destroy_publisher(serving.diag_pub)
+        device = getattr(serving.model, "device", None)
+        alive = weakref.ref(serving.model)
+        rt = serving = None       # the loop's last robot too: it holds the model
         gc.collect()
-        # A callback that took the runtime just before (diagnostics, a sensor message) may hold
+        # A callback that took a robot's runtime just before (diagnostics, a sensor message) may hold
         # it a moment longer: trim once it is gone, collecting garbage meanwhile (waiting alone
         # still left the model resident into the next cycle in 2 of 50 smol cycles: 1.2 and
         # 1.4 GB after cleanup, 2.3 GB active; none in 50 with the collection).

@@ -11,6 +11,7 @@ from the params file (robot-specific: joint names and limits).
 from __future__ import annotations
 
 import array
+import re
 from dataclasses import dataclass
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -32,6 +33,10 @@ class Spec:
 SPECS = [
     # -- process -------------------------------------------------------------------------
     Spec("autostart", False, "start", "Configure and activate right after start."),
+    Spec("robots", Parameter.Type.STRING_ARRAY, "start",
+         "Fleet mode: the robots this node serves, one name each (also its namespace: /NAME/ "
+         "holds its topics and its ask_progress service); per-robot parameters under NAME. "
+         "override the shared ones. Empty: one robot in the node's own namespace.", required=False),
     Spec("max_concurrent_questions", 4, "start",
          "Progress questions decoded or waiting at once; more get an unsuccessful response. "
          "Also sizes the executor's thread pool.", (1, 64)),
@@ -201,6 +206,15 @@ SPECS = [
 SPEC = {s.name: s for s in SPECS}
 
 
+# What a fleet's robots share: the process, the model and engine, the frame cadence.
+# Every other parameter can be set per robot, as ROBOT.NAME (see `read`).
+FLEET_SHARED = {"robots", "autostart", "max_concurrent_questions", "model", "checkpoint", "tokenizer_path",
+                "dtype", "device", "cuda_graphs", "torch_threads", "seed", "max_requests", "max_queue",
+                "max_new_tokens", "steps_per_frame", "control_rate_hz", "replanning", "diagnostics_period_s"}
+PER_ROBOT = [s.name for s in SPECS if s.name not in FLEET_SHARED]
+ROBOT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
 def _descriptor(spec: Spec) -> ParameterDescriptor:
     note = {"start": " (read at start)",
             "configure": " (applied at configure; changeable only while unconfigured)",
@@ -228,11 +242,41 @@ def declare_parameters(node) -> list[str]:
     return problems
 
 
-def read(node, names=None) -> dict:
-    """Values of the named parameters (all by default); ValueError for unset ones."""
+def check_robot_names(robots: list[str]) -> None:
+    bad = [r for r in robots if not ROBOT_NAME.fullmatch(r)]
+    if bad:
+        raise ValueError(f"robot names {bad} are not plain names (a letter, then letters, digits or _): "
+                         "each is a namespace and a parameter prefix")
+    if len(set(robots)) != len(robots):
+        raise ValueError(f"robots has duplicates: {robots}")
+
+
+def declare_robot_parameters(node, robots: list[str]) -> list[str]:
+    """Declare ROBOT.NAME for every robot and per-robot parameter, unset unless the params
+    file sets it (then it overrides NAME for that robot); returns the problems (wrong type,
+    out of range), as declare_parameters does."""
+    problems = []
+    for robot in robots:
+        for name in PER_ROBOT:
+            spec = SPEC[name]
+            kind = spec.default if isinstance(spec.default, Parameter.Type) else \
+                Parameter.Type.from_parameter_value(spec.default)
+            try:
+                node.declare_parameter(f"{robot}.{name}", kind, _descriptor(spec))
+            except Exception as e:  # noqa: BLE001 - as declare_parameters
+                problems.append(f"parameter {robot}.{name}: {e}")
+                node.declare_parameter(f"{robot}.{name}", kind, _descriptor(spec), ignore_override=True)
+    return problems
+
+
+def read(node, names=None, robot: str = "") -> dict:
+    """Values of the named parameters (all by default); ValueError for unset ones. For a
+    fleet's `robot`, ROBOT.NAME where the params file set it, else NAME."""
     out = {}
     for name in names or SPEC:
-        p = node.get_parameter_or(name, None)
+        p = node.get_parameter_or(f"{robot}.{name}", None) if robot and name not in FLEET_SHARED else None
+        if p is None or p.type_ == Parameter.Type.NOT_SET:
+            p = node.get_parameter_or(name, None)
         if (p is None or p.type_ == Parameter.Type.NOT_SET) and not SPEC[name].required:
             out[name] = []
             continue
@@ -245,15 +289,21 @@ def read(node, names=None) -> dict:
 LIVE = [s.name for s in SPECS if s.when == "live"]
 
 
-def build_engine(p: dict):
-    """(model, tokenizer, engine) from the node's parameter values `p` (see read()).
+def build_engine(p: dict, robots: dict | None = None):
+    """(model, tokenizer, engine) from the node's parameter values `p` (see read()); with
+    `robots` (a fleet's per-robot values by name) the engine is a FleetEngine serving them.
 
     Raises ValueError/OSError with a clear message for a bad profile, path or dtype.
     torch and the engine are imported here, so reading parameters stays light."""
     import torch
 
+    from ..engine.fleet import FleetEngine
     from ..engine.scheduler import EngineConfig, OxygenEngine
     from ..engine.registry import load_model
+
+    if robots and any(_wants_xr0(q) for q in robots.values()):
+        raise ValueError("fleet mode does not serve policy_io xr0 yet (each robot type fixes the "
+                         "shared model's chunk horizon): run one node per XR-0 robot")
 
     if p["torch_threads"] > 0:
         torch.set_num_threads(p["torch_threads"])
@@ -266,7 +316,10 @@ def build_engine(p: dict):
     cfg = EngineConfig(max_requests=p["max_requests"], max_queue=p["max_queue"],
                        max_new_tokens=p["max_new_tokens"], steps_per_frame=p["steps_per_frame"],
                        period_s=1.0 / p["control_rate_hz"], seed=p["seed"], cuda_graphs=p["cuda_graphs"],
-                       cameras=min(len(p["camera_topics"]), len(model.cfg.camera_slots)))
+                       cameras=min(max(len(q["camera_topics"]) for q in (robots or {"": p}).values()),
+                                   len(model.cfg.camera_slots)))
+    if robots:
+        return model, tok, FleetEngine(model, tok, cfg, max_robots=len(robots))
     return model, tok, OxygenEngine(model, tok, cfg)
 
 

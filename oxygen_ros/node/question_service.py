@@ -33,27 +33,27 @@ def _frames_needed_s(rt, tokens: int) -> float:
     return e.frames * e.interval_s
 
 
-def ask_progress(node: OxygenNode, request, response):
-    """Answer `request.question` from the memory log, or fail with the reason."""
+def ask_progress(node: OxygenNode, robot: str, request, response):
+    """Answer `request.question` from the robot's memory log, or fail with the reason."""
     t0 = time.monotonic()
 
     def reply(answer: str = "", error: str = ""):
         response.success, response.answer, response.error = not error, answer, error
         response.latency_s = time.monotonic() - t0
         if error:
-            node.log_for("ask_progress").warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
+            node.log_for("ask_progress", robot).warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
         return response
 
     question = " ".join(request.question.split())
     if not question:
         return reply(error="empty question")
-    rt = node.runtime
+    rt = node.runtime_of(robot)
     if rt is None or node.lifecycle_state != "active":
         return reply(error=f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
     limit = rt.model.cfg.max_prompt_tokens
     if len(question) > 16 * limit:
         return reply(error=f"question too long: {len(question)} characters")
-    p = node_params.read(node, ["answer_prompt", "answer_max_tokens", "question_timeout_s"])
+    p = node_params.read(node, ["answer_prompt", "answer_max_tokens", "question_timeout_s"], robot)
     timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
     tokens = min(p["answer_max_tokens"], rt.engine.config.max_new_tokens)
     # queued only while the answer can be complete before the caller's deadline

@@ -27,11 +27,11 @@ class SensorInputs:
             return 0, 0.0
         return stamp_ns, (self._node.get_clock().now().nanoseconds - stamp_ns) / 1e9
 
-    def on_image(self, name: str, msg) -> None:
-        """Keep the latest message of a camera (checked, not converted): a camera sends
-        more images than frames use, so pixels are converted or decoded once per frame
-        (frame_images)."""
-        rt = self._node.runtime      # None once cleaned up: a callback may still be running
+    def on_image(self, robot: str, name: str, msg) -> None:
+        """Keep the latest message of a robot's camera (checked, not converted): a camera
+        sends more images than frames use, so pixels are converted or decoded once per
+        frame (frame_images)."""
+        rt = self._node.runtime_of(robot)    # None once cleaned up: a callback may still be running
         if rt is None:
             return
         try:
@@ -69,8 +69,8 @@ class SensorInputs:
                 pub.publish(rgb_to_image(rgb))
         return images
 
-    def on_joint_state(self, msg: JointState) -> None:
-        rt = self._node.runtime
+    def on_joint_state(self, robot: str, msg: JointState) -> None:
+        rt = self._node.runtime_of(robot)
         if rt is None:
             return
         name = rt.joint_input
