@@ -123,17 +123,17 @@ class FrameLoop:
                 frames[name] = frame
         if not frames:
             return set()
+        chunks = serving.frames.act({n: f.obs for n, f in frames.items()},
+                                    rtc={n: f.guide for n, f in frames.items()},
+                                    expert_rtc={n: f.expert_guides for n, f in frames.items()})
+        acted = time.perf_counter()
+        for name, why in serving.frames.faults.items():
+            rt = self._robots[name]
+            rt.stats.no_chunk(f"observation rejected by the model: {why}", error=True)
+            self._log(rt, "observation").error(f"no action chunk: observation rejected by the model: {why}",
+                                               throttle_duration_sec=LOG_THROTTLE_S)
         sent = {}
         try:
-            chunks = serving.frames.act({n: f.obs for n, f in frames.items()},
-                                        rtc={n: f.guide for n, f in frames.items()},
-                                        expert_rtc={n: f.expert_guides for n, f in frames.items()})
-            for name, why in serving.frames.faults.items():
-                rt = self._robots[name]
-                rt.stats.no_chunk(f"observation rejected by the model: {why}", error=True)
-                self._log(rt, "observation").error(f"no action chunk: observation rejected by the model: {why}",
-                                                   throttle_duration_sec=LOG_THROTTLE_S)
-            acted = time.perf_counter()
             for name, chunk in chunks.items():
                 f = frames[name]
                 sent[name] = self._publish[name].chunk(chunk, f.state, now, tick_mono, f.obs_stamp_ns, f.live)

@@ -212,7 +212,7 @@ class OxygenNode(LifecycleNode):
         self._state = "inactive"
         serving = self._serving
         self.get_logger().info(
-            f"configured in {time.monotonic() - t0:.1f} s: model {serving.model.cfg.name}, KV pool "
+            f"configured in {time.monotonic() - t0:.1f} s: model {self.get_parameter('model').value}, KV pool "
             f"{serving.engine.pool.bytes_total / 2**20:.1f} MiB"
             + (f", fleet of {len(serving.robots)} robots" if self.robots else ""))
         for rt in serving.robots.values():
