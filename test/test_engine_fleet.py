@@ -295,5 +295,7 @@ def test_a_robots_backlog_counts_what_fair_admission_puts_ahead_of_it():
     assert sorted(fleet.backlog("r2").queued) == [3, 5]     # none of its own: one of each other robot
     fleet.step({r: robot_observation(r, 0) for r in ("r0", "r1")},
                {r: robot_noise(model, r, 0) for r in ("r0", "r1")})
-    assert len(fleet.backlog("r1").live) == 2     # the pool's two slots, whoever holds them
+    # one frame (k=2): b (3 tokens) is done, a0 has 2 of 5 left, a1 waits for the freed slot
+    b = fleet.backlog("r1")
+    assert (b.live, b.queued, b.steps_per_frame) == ((2,), (6,), 2)
     assert view.submit(LanguageRequest("c", max_new_tokens=2)) in fleet.owner
