@@ -35,8 +35,8 @@ SPECS = [
     Spec("autostart", False, "start", "Configure and activate right after start."),
     Spec("robots", Parameter.Type.STRING_ARRAY, "start",
          "Fleet mode: the robots this node serves, one name each (also its namespace: /NAME/ "
-         "holds its topics and its ask_progress service); per-robot parameters under NAME. "
-         "override the shared ones. Empty: one robot in the node's own namespace.", required=False),
+         "holds its topics and its ask_progress service); NAME.<parameter> overrides a shared "
+         "parameter for that robot. Empty: one robot in the node's own namespace.", required=False),
     Spec("max_concurrent_questions", 4, "start",
          "Progress questions decoded or waiting at once; more get an unsuccessful response. "
          "Also sizes the executor's thread pool.", (1, 64)),
