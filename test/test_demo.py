@@ -100,6 +100,35 @@ def test_demo_runs_the_loop_answers_and_cleans_up(tmp_path):
     assert {p.name for p in (out / "logs").iterdir()} == {"sim.log", "recorder.log", "node.log"}
 
 
+def test_fleet_demo_serves_each_robot_in_its_namespace(tmp_path):
+    """`--robots 2`: one node serves two simulated robots; each robot's sim, recorder, bag,
+    text, answer and report are its own, and every process ends."""
+    out = tmp_path / "fleet"
+    proc = demo(out, "--robots", "2", "--duration", "12", "--no-record-cameras")
+    try:
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    robots = ["robot1", "robot2"]
+    pids = started_pids(output)
+    assert set(pids) == {"node", *(f"{kind}_{r}" for r in robots for kind in ("sim", "recorder"))}, output
+    assert all(gone(pid) for pid in pids.values()), (pids, output)
+    assert "fleet of 2 robots" in output, output
+    for r in robots:
+        answer = [line for line in output.splitlines() if f"{r} answer after" in line]
+        assert answer and answer[0].split(": ", 1)[1].strip(), output
+        assert re.search(rf"{r} narration #1 \(frames \d+-\d+", output), output
+        meta = yaml.safe_load((out / r / "bag" / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+        counts = {t["topic_metadata"]["name"]: t["message_count"] for t in meta["topics_with_message_count"]}
+        assert counts[f"/{r}/joint_trajectory"] >= 10 and counts[f"/{r}/narration"] > 0, counts
+        assert not [t for t in counts if t.startswith("/robot") and not t.startswith(f"/{r}/")], counts
+        s = json.loads((out / r / "summary.json").read_text())
+        assert s["chunks"]["count"] == counts[f"/{r}/joint_trajectory"]
+        assert s["language"]["by_stream"]["answer"]["done"] == 1
+
+
 @pytest.mark.stress                    # part of the stress suite; here for this file's process helpers
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_demo_stopped_by_a_signal_stops_every_process_and_closes_the_bag(sig, tmp_path):

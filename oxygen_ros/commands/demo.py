@@ -8,6 +8,10 @@ have you done?" half way through and prints the answer; then stops everything (n
 robot, recorder, in that order, so the bag keeps the last messages), writes summary.json, timeline.png and
 demo.mp4 (the scene camera with the text as captions, and its still demo.png) next to
 the bag and prints the timing summary and the output folder.
+With --robots N (fleet mode, default params config/fleet.yaml) one node serves N simulated
+robots, each with its own sim, recorder and bag under its own namespace (/NAME/...); the
+demo prints each robot's text, asks each robot the question and writes a report per robot
+(the video: the first robot's).
 Every child runs in its own session and is stopped on exit, Ctrl-C or SIGTERM included.
 DDS stays on this machine (ROS_LOCALHOST_ONLY=1, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST)
 on a random ROS_DOMAIN_ID unless --domain-id is given.
@@ -20,6 +24,7 @@ import statistics
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -28,7 +33,11 @@ MATCH_TIMEOUT_S = 20.0     # for the recorder to match the configured node's pub
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--params", metavar="YAML", help="the node's params file (default: config/demo.yaml)")
+    p.add_argument("--params", metavar="YAML",
+                   help="the node's params file (default: config/demo.yaml; with --robots: config/fleet.yaml)")
+    p.add_argument("--robots", type=int, default=0, metavar="N",
+                   help="fleet mode: one node serves N simulated robots (names from the params file's "
+                        "`robots`, then robotK); 0: the params file's robots, or one robot")
     p.add_argument("--duration", type=float, default=60.0, help="seconds to run after the first frame")
     p.add_argument("--out", help="output folder (default: out/demo-<date-time> in the checkout)")
     p.add_argument("--question", default="what have you done?", help="asked through ~/ask_progress")
@@ -36,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--startup-timeout", type=float, default=900.0,
                    help="seconds to wait for the node's first frame (model loading)")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random 1..100)")
-    p.add_argument("--image-size", type=int, default=128, help="simulated camera image size")
+    p.add_argument("--image-size", type=int, default=0,
+                   help="simulated camera image size (default 128; 64 for a fleet, so it fits a small CPU)")
     p.add_argument("--rate", type=float, default=0.0, metavar="HZ",
                    help="control rate; 0: measure a few frames first and use the params file's rate "
                         "or the highest this machine holds, whichever is lower")
@@ -54,6 +64,47 @@ def _default_out() -> Path:
 
     base = checkout_root() or Path.cwd()
     return base / "out" / datetime.now().strftime("demo-%Y%m%d-%H%M%S")
+
+
+@dataclass
+class _Robot:
+    """One simulated robot of the demo: its namespace, its children's names, its bag."""
+    name: str            # "" : the node's own robot (not a fleet)
+    params: dict         # the params with the robot's own overrides applied
+    out: Path            # its bag and report go here
+
+    @property
+    def namespace(self) -> str:
+        return f"/{self.name}" if self.name else "/"
+
+    def child(self, kind: str) -> str:
+        return f"{kind}_{self.name}" if self.name else kind
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} " if self.name else ""
+
+
+def fleet_robots(params: dict, count: int) -> list[str]:
+    """The robots a demo serves: the params file's `robots`, cut or extended (robotK) to
+    `count` (0: as the file says; [] is one robot, not a fleet)."""
+    names = list(params.get("robots") or [])
+    if count <= 0:
+        return names
+    names = names[:count]
+    k = 0
+    while len(names) < count:
+        k += 1
+        if f"robot{k}" not in names:
+            names.append(f"robot{k}")
+    return names
+
+
+def _demo_robots(params: dict, out: Path) -> list[_Robot]:
+    robots = params.get("robots") or []
+    if not robots:
+        return [_Robot("", params, out)]
+    return [_Robot(n, {**params, **(params.get(n) or {})}, out / n) for n in robots]
 
 
 class _Console:
@@ -93,9 +144,11 @@ def _choose_rate(args, params: dict, say) -> float:
         return args.rate
     from oxygen_ros.tools.demo_rate import MARGIN, holdable_rate_hz, measure_frame_ms
 
+    robots = params.get("robots") or []
     say(f"measuring this machine: a few frames of model {params.get('model')} with "
-        f"{params.get('steps_per_frame')} decode steps per frame (--rate HZ skips this) ...")
-    frame_ms = measure_frame_ms(params, args.image_size)
+        f"{params.get('steps_per_frame')} decode steps per frame"
+        + (f", {len(robots)} robots batched" if robots else "") + " (--rate HZ skips this) ...")
+    frame_ms = measure_frame_ms(params, args.image_size, robots=robots)
     rate = holdable_rate_hz(frame_ms, configured)
     verdict = ("holds it" if rate == configured else
                f"cannot hold {configured:g} Hz: running at {rate:g} Hz instead")
@@ -105,15 +158,18 @@ def _choose_rate(args, params: dict, say) -> float:
     return rate
 
 
-def _compressed_params(params: dict, path: Path) -> Path:
-    """The params file with every camera on image_transport's <topic>/compressed, written to
-    `path` for the node, the robot and the recorder alike."""
-    import yaml
-
+def _compress_cameras(params: dict) -> None:
+    """Every camera on image_transport's <topic>/compressed."""
     from oxygen_ros.node.cameras import compressed_topic
 
     params["camera_topics"] = [compressed_topic(t) for t in params.get("camera_topics", [])]
     params["camera_transports"] = ["auto"] * len(params["camera_topics"])
+
+
+def _write_params(params: dict, path: Path) -> Path:
+    """The params as the demo runs them, for the node, the robots and the recorders alike."""
+    import yaml
+
     path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
     return path
 
@@ -136,13 +192,19 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.tools.child_processes import Children
     from oxygen_ros.tools.params_files import config_file, params_from_file
 
-    params_path = Path(args.params) if args.params else config_file("demo.yaml")
+    params_path = Path(args.params) if args.params else config_file("fleet.yaml" if args.robots else "demo.yaml")
     params = params_from_file(params_path)
     out = Path(args.out) if args.out else _default_out()
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()
+    robots = fleet_robots(params, args.robots)
     if args.compressed:
-        params_path = _compressed_params(params, out / "params.yaml")
+        _compress_cameras(params)
+    if robots:
+        params["robots"] = robots
+    if args.compressed or args.robots:
+        params_path = _write_params(params, out / "params.yaml")
+    args.image_size = args.image_size or (64 if robots else 128)
     say = _Console(out / "demo.txt")
     domain = args.domain_id if args.domain_id is not None else random.SystemRandom().randint(1, 100)
     os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -150,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
     ask_at = args.duration / 2 if args.ask_at is None else args.ask_at
     say(f"oxygen demo: model {params.get('model')} from {params_path}, {args.duration:g} s after the first "
-        f"frame, question at {ask_at:g} s")
+        f"frame, question at {ask_at:g} s"
+        + (f"; fleet of {len(robots)} robots: {', '.join(robots)}" if robots else ""))
     say(f"output folder: {out}")
     say(f"DDS: ROS_DOMAIN_ID={domain}, localhost only")
 
@@ -171,55 +234,62 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
 
+    demo_robots = _demo_robots(params, out)
     children = Children(out / "logs", env=os.environ.copy())
     status = 1
     try:
-        status = _run_children(args, params, params_path, out, say, children, stop, ask_at)
+        status = _run_children(args, params, params_path, demo_robots, say, children, stop, ask_at)
     finally:
         if children.children:
             say("stopping: oxygen_node, sim, recorder ...")
-            codes = children.stop_all(["node", "sim", "recorder"])
+            # the node first, the recorders last: the bags keep the last messages
+            codes = children.stop_all(["node", *(r.child("sim") for r in demo_robots)])
             left = [c.name for c in children.children.values() if c.alive()]
             say(f"all processes ended ({', '.join(f'{n} exit {c}' for n, c in codes.items())})"
                 if not left else f"STILL RUNNING: {left}")
         if interrupted:
             say(f"interrupted ({interrupted[0]})")
             status = 130
-        _report(out, say)
+        for i, robot in enumerate(demo_robots):
+            _report(robot, say, video=i == 0)
         say(f"output folder: {out}")
         say.close()
     return status
 
 
-def _run_children(args, params, params_path, out, say, children, stop, ask_at) -> int:
+def _run_children(args, params, params_path, robots: list[_Robot], say, children, stop, ask_at) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     from oxygen_ros.tools.demo_monitor import DemoMonitor, clean
-
-    py = sys.executable
     from oxygen_ros.tools.demo_rate import sim_camera_hz
 
+    py = sys.executable
     camera_hz = args.camera_hz or sim_camera_hz(params.get("control_rate_hz", 10.0))
-    # joint states at 50 Hz, not the sim's 100: the node reads one state per frame (a few
-    # Hz here) and every message costs its executor, beside the model, on the same cores
-    children.start("sim", [py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
-                           "--image-size", str(args.image_size), "--camera-hz", f"{camera_hz:g}",
-                           "--joint-hz", "50", *(["--compressed", args.compressed] if args.compressed else [])])
-    children.start("recorder", [py, "-m", "oxygen_ros.cli", "record", "--out", str(out / "bag"),
-                                "--params", str(params_path), "--quiet",
-                                *(["--cameras"] if args.record_cameras else [])])
-    # the node last, once the recorder subscribes and the robot publishes: the bag gets every frame
-    for name, ready in (("recorder", "recording "), ("sim", "sim: ")):
-        if not children.children[name].wait_for_line(ready, 60.0, stop):
-            say(f"{name} did not start; its log:\n" + children.children[name].log_tail())
-            return 130 if stop.is_set() else 1
-    # measured while the robot renders and the recorder records: they share the CPU with the node
+    for robot in robots:
+        own_joints = (params.get(robot.name) or {}).get("joint_names") if robot.name else None
+        # joint states at 50 Hz, not the sim's 100: the node reads one state per frame (a few
+        # Hz here) and every message costs its executor, beside the model, on the same cores
+        children.start(robot.child("sim"), [
+            py, "-m", "oxygen_ros.cli", "sim", "--params", str(params_path), "--quiet",
+            "--namespace", robot.namespace, "--image-size", str(args.image_size), "--camera-hz", f"{camera_hz:g}",
+            "--joint-hz", "50", *(["--compressed", args.compressed] if args.compressed else []),
+            *(["--joints", ",".join(own_joints)] if own_joints else [])])
+        children.start(robot.child("recorder"), [
+            py, "-m", "oxygen_ros.cli", "record", "--out", str(robot.out / "bag"), "--params", str(params_path),
+            "--namespace", robot.namespace, "--quiet", *(["--cameras"] if args.record_cameras else [])])
+    # the node last, once the recorders subscribe and the robots publish: the bags get every frame
+    for robot in robots:
+        for name, ready in ((robot.child("recorder"), "recording "), (robot.child("sim"), "sim: ")):
+            if not children.children[name].wait_for_line(ready, 60.0, stop):
+                say(f"{name} did not start; its log:\n" + children.children[name].log_tail())
+                return 130 if stop.is_set() else 1
+    # measured while the robots render and the recorders record: they share the CPU with the node
     params["control_rate_hz"] = _choose_rate(args, params, say)
     if stop.is_set():
         return 130
-    # not autostarted: _start_node() activates it once the recorder matched its publishers
+    # not autostarted: _start_node() activates it once the recorders matched its publishers
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
                             "-p", "autostart:=false", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}"])
     say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
@@ -230,18 +300,19 @@ def _run_children(args, params, params_path, out, say, children, stop, ask_at) -
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
-        mon = DemoMonitor(node, params, say)
-        return _watch(args, children, mon, executor, say, stop, ask_at, clean)
+        mons = [DemoMonitor(node, r.params, say, namespace=r.namespace, label=r.label) for r in robots]
+        return _watch(args, children, robots, mons, executor, say, stop, ask_at, clean)
     finally:
         executor.shutdown(timeout_sec=1.0)
         node.destroy_node()
         rclpy.try_shutdown()
 
 
-def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
+def _watch(args, children, robots, mons, executor, say, stop, ask_at, clean) -> int:
     node_child = children.children["node"]
     t0 = time.monotonic()
     log_offset = 0
+    first = mons[0]                      # the demo's clock: the first robot's first frame
 
     def pump(timeout: float, when: str) -> bool:
         """Spin once and echo the node's new log lines; False if a child has exited."""
@@ -256,61 +327,66 @@ def _watch(args, children, mon, executor, say, stop, ask_at, clean) -> int:
                 + dead[0].log_tail())
         return not dead
 
-    # 1. until the first frame: model loading, the recorder matching, activation
-    failed = _start_node(args, children, mon, say, stop, pump, t0)
+    # 1. until the first frame: model loading, the recorders matching, activation
+    failed = _start_node(args, children, robots, first, say, stop, pump, t0)
     if failed is not None:
         return failed
-    say(f"{mon.stamp()} first action chunk after {time.monotonic() - t0:.1f} s; running for {args.duration:g} s")
+    say(f"{first.stamp()} first action chunk after {time.monotonic() - t0:.1f} s; running for {args.duration:g} s")
     cpu_start = {c.name: c.cpu_s() for c in children.children.values()}, time.monotonic()
 
-    # 2. the run: status lines, the question, then wait for its answer
-    future, asked_at, answered = None, None, False
+    # 2. the run: status lines, the question (to every robot), then wait for the answers
+    asked = {}                         # monitor index -> the call's future
+    answered = set()
     next_status = STATUS_EVERY_S
     answer_deadline = None
     while not stop.is_set():
         if not pump(0.05, "during the run"):
             return 1
-        t = mon.elapsed()
+        t = first.elapsed()
         if t >= next_status:
             next_status += STATUS_EVERY_S
-            say(mon.status_line())
-        if asked_at is None and t >= ask_at:
-            future = mon.ask(args.question)
-            if future is not None:
-                asked_at = t
-                say(f"{mon.stamp()} asking: {args.question!r}")
-        if future is not None and not answered and future.done():
-            answered = True
-            r = future.result()
-            if r.success:
-                say(f"{mon.stamp()} answer after {r.latency_s:.1f} s: {clean(r.answer, 400)}")
-            else:
-                say(f"{mon.stamp()} no answer: {r.error}")
+            for mon in mons:
+                say(mon.status_line())
+        for i, mon in enumerate(mons):
+            if i not in asked and t >= ask_at:
+                future = mon.ask(args.question)
+                if future is not None:
+                    asked[i] = future
+                    say(f"{first.stamp()} {mon.label}asking: {args.question!r}")
+        for i, future in asked.items():
+            if i not in answered and future.done():
+                answered.add(i)
+                r = future.result()
+                if r.success:
+                    say(f"{first.stamp()} {mons[i].label}answer after {r.latency_s:.1f} s: {clean(r.answer, 400)}")
+                else:
+                    say(f"{first.stamp()} {mons[i].label}no answer: {r.error}")
         if t >= args.duration:
-            if asked_at is None or answered:
+            if len(answered) == len(mons):
                 break
             if answer_deadline is None:
                 answer_deadline = time.monotonic() + 180.0
-                say(f"{mon.stamp()} waiting for the answer before stopping ...")
+                say(f"{first.stamp()} waiting for the answers before stopping ...")
             if time.monotonic() > answer_deadline:
-                say(f"{mon.stamp()} no answer within 180 s after the run")
+                say(f"{first.stamp()} no answer within 180 s after the run")
                 break
     if stop.is_set():
         return 130
-    if mon.elapsed() - (next_status - STATUS_EVERY_S) > 1.0:     # unless one was just printed
-        say(mon.status_line())
+    if first.elapsed() - (next_status - STATUS_EVERY_S) > 1.0:     # unless one was just printed
+        for mon in mons:
+            say(mon.status_line())
     say(_cpu_line(children, *cpu_start))
-    return 0 if answered and mon.frames else 1
+    return 0 if len(answered) == len(mons) and all(m.frames for m in mons) else 1
 
 
-def _start_node(args, children, mon, say, stop, pump, t0: float) -> int | None:
-    """Configure the node, wait until the recorder's readers matched its publishers, activate
-    it and wait for its first frame: so the bag has every frame from frame 0 on (DDS matches
-    topic by topic; an autostarted node's first frames went out before some readers matched).
-    None once the first frame arrived, else the exit code (having said why)."""
+def _start_node(args, children, robots, mon, say, stop, pump, t0: float) -> int | None:
+    """Configure the node, wait until the recorders' readers matched its publishers, activate
+    it and wait for its first frame: so the bags have every frame from frame 0 on (DDS
+    matches topic by topic; an autostarted node's first frames went out before some readers
+    matched). None once the first frame arrived, else the exit code (having said why)."""
     from oxygen_ros.tools.bag_recorder import BagRecorder
 
-    node, recorder = children.children["node"], children.children["recorder"]
+    node = children.children["node"]
     last_wait = t0
 
     def until(done, what: str, timeout: float, log=node) -> bool:
@@ -339,6 +415,14 @@ def _start_node(args, children, mon, say, stop, pump, t0: float) -> int | None:
             say(f"oxygen_node refused to {label}; its log:\n" + node.log_tail())
         return future.result().success
 
+    def recorders_matched() -> bool:
+        for r in robots:
+            rec = children.children[r.child("recorder")]
+            if not until(lambda: rec.has_line(BagRecorder.MATCHED),
+                         f"the {rec.name} to match oxygen_node's publishers", MATCH_TIMEOUT_S, log=rec):
+                return False
+        return True
+
     started = (until(mon.lifecycle_client.service_is_ready, "oxygen_node's lifecycle service",
                      args.startup_timeout)
                # an unknown transition (refused, no effect) first: its response proves the way
@@ -346,8 +430,7 @@ def _start_node(args, children, mon, say, stop, pump, t0: float) -> int | None:
                and until(mon.transition("no_such_transition").done, "oxygen_node's first lifecycle response",
                          args.startup_timeout)
                and transition("configure", "oxygen_node to load the model and configure")
-               and until(lambda: recorder.has_line(BagRecorder.MATCHED),
-                         "the recorder to match oxygen_node's publishers", MATCH_TIMEOUT_S, log=recorder)
+               and recorders_matched()
                and transition("activate", "oxygen_node to activate")
                and until(lambda: mon.t_first is not None, "the first frame", args.startup_timeout))
     return None if started else 130 if stop.is_set() else 1
@@ -365,25 +448,27 @@ def _cpu_line(children, cpu_start: dict, t_start: float) -> str:
             else "CPU over the run: not measured")
 
 
-def _report(out: Path, say) -> None:
+def _report(robot: _Robot, say, video: bool = True) -> None:
     from oxygen_ros.tools.bag_summary import format_summary
     from oxygen_ros.tools.report import write_report
 
-    bag = out / "bag"
+    bag, out = robot.out / "bag", robot.out
     if not (bag / "metadata.yaml").is_file():
-        say(f"no closed bag at {bag}; no report")
+        say(f"{robot.label}no closed bag at {bag}; no report")
         return
     try:
         summary = write_report(bag, out, title=f"oxygen demo: {out.name}")
     except Exception as e:  # noqa: BLE001 - the run's outputs stay; say why there is no report
-        say(f"report failed: {type(e).__name__}: {e}")
+        say(f"{robot.label}report failed: {type(e).__name__}: {e}")
         return
     counts = ", ".join(f"{t.rsplit('/', 1)[-1]} {v['messages']}" for t, v in summary["topics"].items())
     say(f"bag: {bag} ({counts})")
-    say("timing summary:")
+    say(f"{robot.label}timing summary:")
     for line in format_summary(summary).splitlines():
         say("  " + line)
     say(f"wrote {out / 'summary.json'} and {out / 'timeline.png'}")
+    if not video:
+        return
     from oxygen_ros.tools.report_video import VideoError, write_video
 
     try:

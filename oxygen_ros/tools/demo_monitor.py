@@ -1,6 +1,7 @@
 """What `oxygen demo` watches and prints: frames, finished narrations and memory entries,
-and the answer to a progress question asked through the node's ~/ask_progress service;
-and the node's lifecycle transitions, which the demo requests itself."""
+and the answer to a progress question asked through the node's ~/ask_progress service
+(a fleet robot's: /ROBOT/ask_progress); and the node's lifecycle transitions, which the
+demo requests itself. One monitor per robot."""
 from __future__ import annotations
 
 import re
@@ -19,21 +20,26 @@ def clean(text: str, limit: int = 160) -> str:
 
 
 class DemoMonitor:
-    def __init__(self, node, params: dict, say, node_name: str = "/oxygen_node"):
+    def __init__(self, node, params: dict, say, node_name: str = "/oxygen_node", namespace: str = "/",
+                 label: str = ""):
+        """namespace: a fleet robot's (its topics and ask_progress are there); label: put
+        before its printed lines ("arm1 ")."""
         from lifecycle_msgs.srv import ChangeState
         from oxygen_msgs.msg import FrameTiming, TextChunk
         from oxygen_msgs.srv import AskProgress
 
-        self.node, self.say = node, say
+        self.node, self.say, self.label = node, say, label
+        fleet = namespace.strip("/") != ""
         self._AskProgress, self._ChangeState = AskProgress, ChangeState
         rel, latched = qos.TEXT, qos.latched(1000)
-        node.create_subscription(FrameTiming, resolve(params.get("frame_timing_topic", "frame_timing")),
+        node.create_subscription(FrameTiming, resolve(params.get("frame_timing_topic", "frame_timing"), namespace),
                                  self._on_timing, rel)
         for stream in ("narration", "memory", "answer"):
-            node.create_subscription(TextChunk, resolve(params.get(f"{stream}_topic", stream)),
+            node.create_subscription(TextChunk, resolve(params.get(f"{stream}_topic", stream), namespace),
                                      lambda m, s=stream: self._on_text(s, m),
                                      latched if stream == "memory" else rel)
-        self.ask_client = node.create_client(AskProgress, f"{node_name}/ask_progress")
+        self.ask_client = node.create_client(
+            AskProgress, f"{namespace.rstrip('/')}/ask_progress" if fleet else f"{node_name}/ask_progress")
         self.lifecycle_client = node.create_client(ChangeState, f"{node_name}/change_state")
         self.frames = 0
         self.tokens = 0
@@ -77,12 +83,12 @@ class DemoMonitor:
             return                     # printed with the service's response
         end = self._frame_of_stamp.get((msg.header.stamp.sec, msg.header.stamp.nanosec))
         frames = f"frames {msg.start_frame}-{end}" if end is not None else f"from frame {msg.start_frame}"
-        self.say(f"{self.stamp()} {stream} #{self.finished[stream]} ({frames}, {msg.token_count} tokens): "
+        self.say(f"{self.stamp()} {self.label}{stream} #{self.finished[stream]} ({frames}, {msg.token_count} tokens): "
                  f"{clean(msg.full_text)}")
 
     def status_line(self) -> str:
         hz, tps = self.rates()
-        return (f"{self.stamp()} {self.frames} frames ({hz:.1f} Hz, {self.misses} over their deadline), "
+        return (f"{self.stamp()} {self.label}{self.frames} frames ({hz:.1f} Hz, {self.misses} over their deadline), "
                 f"{self.finished['narration']} narrations, {self.finished['memory']} memory entries, "
                 f"{tps:.1f} tok/s")
 

@@ -29,13 +29,16 @@ RATE_STEP_HZ = 0.05
 MIN_RATE_HZ = 0.05
 
 
-def measure_frame_ms(params: dict, image_size: int, frames: int = 6, warmup: int = 2) -> list[float]:
-    """Frame times (ms) of the params' engine on synthetic observations with live requests."""
+def measure_frame_ms(params: dict, image_size: int, frames: int = 6, warmup: int = 2,
+                     robots=()) -> list[float]:
+    """Frame times (ms) of the params' engine on synthetic observations with live requests;
+    with `robots`, a fleet's frames (every robot's observation batched, each with its own
+    requests)."""
     from ..engine.observation import Observation
     from ..engine.requests import LanguageRequest
     from ..node.params import build_engine
 
-    model, _tok, engine = build_engine(params)
+    model, _tok, engine = build_engine(params, {r: params for r in robots} or None)
     try:
         rng = np.random.default_rng(0)
         slots = model.cfg.camera_slots[: len(params["camera_topics"])]
@@ -43,12 +46,22 @@ def measure_frame_ms(params: dict, image_size: int, frames: int = 6, warmup: int
                                   for s in slots},
                           state=np.zeros(len(params["joint_names"])), instruction=params["instruction"])
         tokens = min(int(params["narration_max_tokens"]), engine.config.max_new_tokens)
+
+        def request():
+            return LanguageRequest(params["narration_prompt"], "narration", tokens, ignore_eos=True)
+
         times = []
         for i in range(warmup + frames):
-            while len(engine.live) + len(engine.pending) < 2:     # a narration and a memory entry
-                engine.submit(LanguageRequest(params["narration_prompt"], "narration", tokens, ignore_eos=True))
+            # a narration and a memory entry per robot, as the node has
+            if robots:
+                for r in robots:
+                    while engine.live_requests(r) + len(engine.queues.get(r, ())) < 2:
+                        engine.submit(r, request())
+            else:
+                while len(engine.live) + len(engine.pending) < 2:
+                    engine.submit(request())
             t0 = time.perf_counter()
-            engine.step(obs)
+            engine.step({r: obs for r in robots} if robots else obs)
             if i >= warmup:
                 times.append((time.perf_counter() - t0) * 1e3)
         return times
