@@ -211,18 +211,20 @@ class OxygenNode(LifecycleNode):
             return FAILURE
         self._state = "inactive"
         serving = self._serving
-        self.get_logger().info(
-            f"configured in {time.monotonic() - t0:.1f} s: model {self.get_parameter('model').value}, KV pool "
-            f"{serving.engine.pool.bytes_total / 2**20:.1f} MiB"
-            + (f", fleet of {len(serving.robots)} robots" if self.robots else ""))
-        for rt in serving.robots.values():
-            self.get_logger().info(
-                f"{self._robot_label(rt.name)}{len(rt.cameras)} camera(s) -> "
-                f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
-                f"{len(rt.joints.names)} joints, replanning {rt.robot_time.replanning_text}, actions at "
-                f"{rt.robot_time.action_rate_hz:g} Hz ({rt.robot_time.action_rate_source}), RTC "
-                f"{rt.robot_time.rtc.config.mode}, policy I/O {rt.policy.convention} "
-                f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})")
+        head = (f"configured in {time.monotonic() - t0:.1f} s: model {self.get_parameter('model').value}, "
+                f"KV pool {serving.engine.pool.bytes_total / 2**20:.1f} MiB")
+        lines = [f"{self._robot_label(rt.name)}{len(rt.cameras)} camera(s) -> "
+                 f"{[f'{c.slot} ({c.transport})' for c in rt.cameras.values()]}, "
+                 f"{len(rt.joints.names)} joints, replanning {rt.robot_time.replanning_text}, actions at "
+                 f"{rt.robot_time.action_rate_hz:g} Hz ({rt.robot_time.action_rate_source}), RTC "
+                 f"{rt.robot_time.rtc.config.mode}, policy I/O {rt.policy.convention} "
+                 f"({rt.policy.action_dims} action dims -> {list(rt.action_joints.names)})"
+                 for rt in serving.robots.values()]
+        if self.robots:                # a line per robot
+            for line in [f"{head}, fleet of {len(serving.robots)} robots", *lines]:
+                self.get_logger().info(line)
+        else:
+            self.get_logger().info(f"{head}, {lines[0]}")
         return super().on_configure(state)
 
     @staticmethod
