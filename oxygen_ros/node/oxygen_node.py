@@ -237,18 +237,17 @@ class OxygenNode(LifecycleNode):
 
         shared = node_params.read(self)
         per_robot = {r: node_params.read(self, robot=r) for r in self.robots}
+        robots = per_robot or {"": shared}
+        # the robots' joints first: a wrong joint list fails before the model is loaded
+        joints = {robot: self._for_robot(robot, self._joint_spaces, p) for robot, p in robots.items()}
         model, tok, engine = build_engine(shared, per_robot or None)
         period_s = 1.0 / shared["control_rate_hz"]
         self._serving = serving = Serving(
             model=model, tok=tok, engine=engine, frames=engine if self.robots else FleetOfOne(engine),
             period_s=period_s)   # set now, so that _release frees what was made if a later step fails
-        for robot, p in (per_robot or {"": shared}).items():
-            try:
-                self._configure_robot(robot, p, model, tok, engine.view(robot) if robot else engine, period_s)
-            except Exception as e:  # noqa: BLE001 - said with the robot's name
-                if not robot:
-                    raise
-                raise ValueError(f"robot {robot}: {type(e).__name__}: {e}") from e
+        for robot, p in robots.items():
+            self._for_robot(robot, self._configure_robot, robot, p, *joints[robot], model, tok,
+                            engine.view(robot) if robot else engine, period_s)
         # /diagnostics reports the lifecycle state too, so it is a plain publisher.
         serving.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.CONTROL)
         # on the steady clock: diagnostics keep coming when sim time stalls or jumps
@@ -269,11 +268,25 @@ class OxygenNode(LifecycleNode):
             topic = f"{self.get_name()}/{topic[1:].lstrip('/')}"
         return f"/{robot}/{topic}"
 
-    def _configure_robot(self, robot: str, p: dict, model, tok, engine, period_s: float) -> Runtime:
+    @staticmethod
+    def _for_robot(robot: str, step, *args):
+        """step(*args), its failure said with a fleet robot's name."""
+        try:
+            return step(*args)
+        except Exception as e:  # noqa: BLE001 - re-raised with the robot's name
+            if not robot:
+                raise
+            raise ValueError(f"robot {robot}: {type(e).__name__}: {e}") from e
+
+    def _joint_spaces(self, p: dict) -> tuple[JointSpace, JointSpace]:
+        """(state joints, action joints) from a robot's parameters; ValueError if they are wrong."""
+        joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
+        return joints, self._action_joints(p, joints)
+
+    def _configure_robot(self, robot: str, p: dict, joints: JointSpace, action_joints: JointSpace, model, tok,
+                         engine, period_s: float) -> Runtime:
         from .params import build_policy_io
 
-        joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
-        action_joints = self._action_joints(p, joints)
         topics = p["camera_topics"]
         if len(set(topics)) != len(topics):
             raise ValueError(f"camera_topics has duplicates: {topics}")
