@@ -174,7 +174,9 @@ class FleetEngine:
         actions: dict = {}
         ready: dict = {}
         extra: dict = {r: {} for r in robots}
-        if self.batch.batched and robots:
+        # one robot alone takes the single-robot path (its fused sampling, where built): a batch of
+        # one gains nothing and the batched sampling is eager (x0.7 the chunk rate, smol on CPU)
+        if self.batch.batched and len(robots) > 1:
             with timer("prefill"):
                 span = self.batch.prefill(prefixes, first)
             plain = len(robots) - len(guided)     # rows 0..plain-1: one batch; the guided ones alone
