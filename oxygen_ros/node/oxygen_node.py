@@ -75,7 +75,7 @@ from .logs import ChildLoggers
 from ..fast_exit import exit_now
 from .answer_estimate import AnswerEstimator
 from .loop_stats import LoopStats
-from .memory_log import MemoryLog
+from ..engine.memory_log import MemoryLog
 from .questions import QuestionBoard
 from .robot_time import RobotTime, check_rtc_mode, warm_up_rtc
 from .sensor_inputs import SensorInputs

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.parameter import Parameter
 
-from . import prompts   # model-agnostic defaults; params files set a profile's prompts
+from ..engine import prompts   # model-agnostic defaults; params files set a profile's prompts
 from .joint_space import JointSpace
 
 @dataclass(frozen=True)

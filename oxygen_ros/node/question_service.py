@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import params as node_params
-from .memory_log import PromptTooLong
+from ..engine.memory_log import PromptTooLong
 from .questions import QuestionRejected
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""The node's text memory: the most recent finished memory entries, and the answer
-prompt that carries them together with a progress question."""
+"""A robot's text memory: the most recent finished memory entries, and the answer prompt
+that carries them together with a progress question (the node and `oxygen serve` alike)."""
 from __future__ import annotations
 
 import collections
