@@ -77,11 +77,14 @@ class Session:
 
 class SessionHub:
     def __init__(self, engine, model, tok, adapter, language: Language, max_sessions: int,
-                 window_s: float = 0.005, seed: int = 0, log=print):
+                 window_s: float = 0.005, seed: int = 0, log=print, max_batch: int = 0):
         """engine: a FleetEngine of at least `max_sessions` robots; adapter: a
-        serving.adapters policy adapter (observation in, actions out)."""
+        serving.policy_adapters adapter (observation in, actions out); max_batch: at most
+        this many sessions a frame (0: all that wait; 1: one at a time, as servers that do
+        not batch, for comparison)."""
         self.engine, self.model, self.tok, self.adapter = engine, model, tok, adapter
         self.language, self.window_s, self.seed, self.log = language, window_s, seed, log
+        self.max_batch = max_batch
         self.max_sessions = max_sessions
         self._free = [f"session{i}" for i in range(max_sessions)][::-1]
         self._sessions: dict[str, Session] = {}
@@ -183,6 +186,9 @@ class SessionHub:
                 if all(r in self._pending for r in open_) or left <= 0:
                     break
                 self._cond.wait(left)
+            if self.max_batch and len(self._pending) > self.max_batch:     # the longest waiting first
+                keep = sorted(self._pending, key=lambda r: self._pending[r].received)[: self.max_batch]
+                return {r: self._pending.pop(r) for r in keep}
             batch, self._pending = self._pending, {}
             return batch
 
