@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import urllib.error
 import urllib.request
 from argparse import Namespace
 from pathlib import Path
@@ -72,7 +71,9 @@ class Client:
     """openpi's client behaviour: connect, read the metadata, then infer() per observation."""
 
     def __init__(self, url, headers=None):
-        self.ws = connect(url, max_size=None, compression=None, additional_headers=headers, open_timeout=20)
+        self._connection = connect(url, max_size=None, compression=None, additional_headers=headers,
+                                   open_timeout=20)
+        self.ws = self._connection.__enter__()
         self.metadata = unpack(self.ws.recv(timeout=20))
 
     def infer(self, obs: dict) -> dict:
@@ -83,7 +84,7 @@ class Client:
         return unpack(reply)
 
     def close(self):
-        self.ws.close()
+        self._connection.__exit__(None, None, None)
 
 
 def libero(seed: int, **extra) -> dict:
@@ -230,19 +231,21 @@ def test_errors_name_the_missing_or_misshapen_key(server):
 
 
 def test_api_key_and_healthz():
+    """Without the key or with a wrong one: 401 before the websocket opens, while a session
+    with the key keeps getting chunks; /healthz needs no key."""
     s = Server(api_key="s3cret")
     try:
         port = s.url.rsplit(":", 1)[1]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert r.status == 200 and r.read() == b"OK\n"
-        with pytest.raises(InvalidStatus) as refused:
-            Client(s.url, headers={"Authorization": "Api-Key wrong"})
-        assert refused.value.response.status_code == 401
-        with pytest.raises(InvalidStatus):
-            Client(s.url)
-        c = Client(s.url, headers={"Authorization": "Api-Key s3cret"})
-        assert c.infer(libero(0))["actions"].shape[1] == 7
-        c.close()
+        good = Client(s.url, headers={"Authorization": "Api-Key s3cret"})
+        assert good.infer(libero(0))["actions"].shape[1] == 7
+        for headers in ({"Authorization": "Api-Key wrong"}, None):
+            with pytest.raises(InvalidStatus) as refused:
+                Client(s.url, headers=headers)
+            assert refused.value.response.status_code == 401
+            assert good.infer(libero(1))["actions"].shape[1] == 7
+        good.close()
     finally:
         s.close()
 
