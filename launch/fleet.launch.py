@@ -42,7 +42,9 @@ def _launch_setup(context):
     overrides = {"robots": robots} if arg("robots") else {}
     node = LifecycleNode(
         package="oxygen_ros", executable="oxygen_node", name="oxygen_fleet", namespace="",
-        parameters=[arg("params_file"), overrides], output="screen", emulate_tty=True)
+        parameters=[arg("params_file"), overrides], output="screen", emulate_tty=True,
+        # SROS2: the node's keystore enclave (docs/deployment.md, "Securing the robot")
+        ros_arguments=["--enclave", arg("enclave")] if arg("enclave") else None)
     configure = RegisterEventHandler(OnProcessStart(target_action=node, on_start=[EmitEvent(event=ChangeState(
         lifecycle_node_matcher=matches_action(node), transition_id=Transition.TRANSITION_CONFIGURE))]))
     activate = RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, goal_state="inactive",
@@ -67,5 +69,8 @@ def generate_launch_description():
                               description="comma-separated robot names (namespaces); empty: the params file's"),
         DeclareLaunchArgument("sims", default_value="false",
                               description="true: also one `oxygen sim` per robot, in its namespace"),
+        DeclareLaunchArgument("enclave", default_value="",
+                              description="SROS2 enclave of the node (e.g. /oxygen/node; needs ROS_SECURITY_* set); "
+                                          "empty: none"),
         OpaqueFunction(function=_launch_setup),
     ])

@@ -30,7 +30,9 @@ def _launch_setup(context):
     namespace = arg("namespace")
     node = LifecycleNode(
         package="oxygen_ros", executable="oxygen_node", name="oxygen_node", namespace=namespace,
-        parameters=[arg("params_file"), overrides], output="screen", emulate_tty=True)
+        parameters=[arg("params_file"), overrides], output="screen", emulate_tty=True,
+        # SROS2: the node's keystore enclave (docs/deployment.md, "Securing the robot")
+        ros_arguments=["--enclave", arg("enclave")] if arg("enclave") else None)
     configure = RegisterEventHandler(OnProcessStart(target_action=node, on_start=[EmitEvent(event=ChangeState(
         lifecycle_node_matcher=matches_action(node), transition_id=Transition.TRANSITION_CONFIGURE))]))
     activate = RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, goal_state="inactive",
@@ -60,5 +62,8 @@ def generate_launch_description():
                               description="true: also run `oxygen record` (chunks, text, timing, diagnostics)"),
         DeclareLaunchArgument("record_dir", default_value="",
                               description="bag folder for record:=true; empty: oxygen_bag_<date-time>"),
+        DeclareLaunchArgument("enclave", default_value="",
+                              description="SROS2 enclave of the node (e.g. /oxygen/node; needs ROS_SECURITY_* set); "
+                                          "empty: none"),
         OpaqueFunction(function=_launch_setup),
     ])

@@ -23,7 +23,7 @@ THOR = ROOT / "config" / "humanoid_thor.yaml"
 LAUNCH = {"humanoid_thor": ROOT / "launch" / "humanoid_thor.launch.py",
           "demo": ROOT / "launch" / "demo.launch.py",
           "fleet": ROOT / "launch" / "fleet.launch.py"}
-THOR_ARGS = {"params_file", "namespace", "model", "checkpoint", "record", "record_dir"}
+THOR_ARGS = {"params_file", "namespace", "model", "checkpoint", "record", "record_dir", "enclave"}
 
 
 def profile(path: Path) -> dict:
@@ -169,7 +169,11 @@ def test_launch_files_parse_and_only_pick_a_profile_and_a_few_overrides():
     assert _declared_args(demo) == {"params_file", "namespace", "record"}
     assert "demo.yaml" in LAUNCH["demo"].read_text() and "humanoid_thor.launch.py" in LAUNCH["demo"].read_text()
     fleet = ast.parse(LAUNCH["fleet"].read_text())
-    assert _declared_args(fleet) == {"params_file", "robots", "sims"}
+    assert _declared_args(fleet) == {"params_file", "robots", "sims", "enclave"}
+    for tree in (ast.parse(LAUNCH["humanoid_thor"].read_text()), fleet):     # an SROS2 enclave for the node
+        kw = {k.arg: k.value for k in _calls(tree, "LifecycleNode")[0].keywords}
+        assert "--enclave" in ast.unparse(kw["ros_arguments"])
+    kw = {k.arg: k.value for k in _calls(fleet, "LifecycleNode")[0].keywords}
     kw = {k.arg: k.value for k in _calls(fleet, "LifecycleNode")[0].keywords}
     assert (kw["executable"].value, kw["name"].value) == ("oxygen_node", "oxygen_fleet")
     assert "robots" in profile(ROOT / "config" / "fleet.yaml")
