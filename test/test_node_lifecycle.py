@@ -64,6 +64,20 @@ def bad_then_good_configure(namespace, *, deadline):
         d.close()
 
 
+def change_locked(namespace, *, deadline):
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        out = {"state": d.state(timeout=20.0)}
+        out["instruction"] = d.set_param("instruction", "throw the cube away")        # locked, live
+        out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # locked, configure-time
+        out["narration"] = d.set_param("narration_every_n_frames", 7)                # not locked
+        return out
+    finally:
+        d.close()
+
+
 # ----------------------------------------------------------------- tests
 
 @pytest.mark.ros
@@ -108,5 +122,23 @@ def test_failed_configure_is_reported_and_node_stays_configurable(start_node):
     assert "joint_lower_limits must be below joint_upper_limits" in log
 
 
+@pytest.mark.ros
+def test_locked_parameters_are_refused_and_accepted_changes_logged(start_node):
+    """locked_parameters: set requests for them are refused with the reason (a live one and
+    one applied at configure, while unconfigured too); an unlocked change is accepted and
+    logged with its old and new value."""
+    node = start_node(locked_parameters=["instruction", "joint_upper_limits"], narration_every_n_frames=5)
+    r = run_peers(__file__, {"driver": ["change_locked", node.namespace]}, timeout=60)["driver"]
+    assert r["state"] == "unconfigured"
+    for name in ("instruction", "limits"):
+        ok, reason = r[name]
+        assert ok is False and "locked by the deployment profile" in reason, (name, reason)
+    assert r["narration"][0] is True
+    log = node.log()
+    assert "parameter narration_every_n_frames changed: 5 -> 7" in log, log[-2000:]
+    assert "parameter instruction changed" not in log and "parameter change refused: instruction" in log
+
+
 if __name__ == "__main__":
-    run_as_peer({"cycle_twice": cycle_twice, "bad_then_good_configure": bad_then_good_configure})
+    run_as_peer({"cycle_twice": cycle_twice, "bad_then_good_configure": bad_then_good_configure,
+                 "change_locked": change_locked})

@@ -132,6 +132,7 @@ class OxygenNode(LifecycleNode):
             name = problem.split(":")[0].removeprefix("parameter ")
             self._param_problems[name] = problem
             self.get_logger().error(f"{problem} (the default is kept; configure will fail)")
+        self._locked, self._started = set(), False      # set at the end of __init__
         self.add_on_set_parameters_callback(self._check_parameters)
         self._sensor_group = ReentrantCallbackGroup()
         self._service_group = ReentrantCallbackGroup()
@@ -158,6 +159,12 @@ class OxygenNode(LifecycleNode):
                                 qos_profile=qos.SERVICES, callback_group=self._service_group)
         # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
         self.context.on_shutdown(self._stop.set)
+        self._locked = set(node_params.read(self, ["locked_parameters"])["locked_parameters"])
+        unknown = sorted(self._locked - set(node_params.SPEC))
+        if unknown:
+            self._param_problems["locked_parameters"] = f"parameter locked_parameters: unknown parameters {unknown}"
+            self.get_logger().error(f"locked_parameters names unknown parameters {unknown} (configure will fail)")
+        self._started = True
 
     @property
     def executor_threads(self) -> int:
@@ -186,6 +193,12 @@ class OxygenNode(LifecycleNode):
 
     # -- parameters ----------------------------------------------------------------------
     def _check_parameters(self, params) -> SetParametersResult:
+        locked = [p.name for p in params if p.name in self._locked or p.name.split(".", 1)[-1] in self._locked]
+        if locked:
+            reason = (f"{', '.join(locked)} locked by the deployment profile (locked_parameters): change the "
+                      "params file and restart the node")
+            self.get_logger().warning(f"parameter change refused: {reason}")
+            return SetParametersResult(successful=False, reason=reason)
         frozen = [p.name for p in params
                   if p.name in node_params.SPEC and node_params.SPEC[p.name].when == "configure"]
         frozen += [p.name for p in params if "." in p.name
@@ -196,6 +209,9 @@ class OxygenNode(LifecycleNode):
                 reason=f"{', '.join(frozen)} apply at configure: cleanup the node, set, configure again")
         for p in params:
             self._param_problems.pop(p.name, None)
+            if self._started and self.has_parameter(p.name):    # who changed what the robot does: in the log
+                self.get_logger().info(f"parameter {p.name} changed: {self.get_parameter(p.name).value!r} "
+                                       f"-> {p.value!r}")
         return SetParametersResult(successful=True)
 
     # -- lifecycle -----------------------------------------------------------------------

@@ -37,6 +37,11 @@ SPECS = [
          "Fleet mode: the robots this node serves, one name each (also its namespace: /NAME/ "
          "holds its topics and its ask_progress service); NAME.<parameter> overrides a shared "
          "parameter for that robot. Empty: one robot in the node's own namespace.", required=False),
+    Spec("locked_parameters", Parameter.Type.STRING_ARRAY, "start",
+         "Parameters that decide what the robot does and that no one may change while the node "
+         "runs (e.g. instruction, action_rate_hz, rtc_mode, joint limits): a set request is refused "
+         "with this reason. NAME locks it for every fleet robot too. Accepted changes are logged "
+         "with their old and new values either way.", required=False),
     Spec("max_concurrent_questions", 4, "start",
          "Progress questions decoded or waiting at once; more get an unsuccessful response. "
          "Also sizes the executor's thread pool.", (1, 64)),
