@@ -41,6 +41,19 @@ class InputError(ValueError):
     """A sensor message the node cannot use; the message says why."""
 
 
+# A camera image larger than this on a side is refused from its header, before any pixel is
+# decoded or copied: a small JPEG or PNG may declare an enormous size (a decompression bomb).
+MAX_IMAGE_SIDE = 8192
+
+
+def _check_size(h: int, w: int) -> None:
+    if h == 0 or w == 0:
+        raise InputError(f"empty image ({w}x{h})")
+    if h > MAX_IMAGE_SIDE or w > MAX_IMAGE_SIDE:
+        raise InputError(f"image declares {w}x{h}, more than {MAX_IMAGE_SIDE} pixels a side: refused "
+                         "without decoding it")
+
+
 def check_image(msg) -> tuple[str, int, int, int]:
     """Validate a sensor_msgs/Image without touching its pixels (constant time: cheap
     enough for every message a camera sends); (encoding, height, width, step)."""
@@ -49,8 +62,7 @@ def check_image(msg) -> tuple[str, int, int, int]:
         raise InputError(f"unsupported image encoding {msg.encoding!r}; supported: {', '.join(ENCODINGS)}")
     channels, depth, _ = ENCODINGS[enc]
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
-    if h == 0 or w == 0:
-        raise InputError(f"empty image ({w}x{h})")
+    _check_size(h, w)
     row = w * channels * depth
     if step < row:
         raise InputError(f"image step {step} is smaller than width*channels*bytes = {row} ({enc}, {w}x{h})")
@@ -164,8 +176,7 @@ def check_compressed(msg) -> tuple[str, int, int]:
             raise InputError(f"PNG has an alpha channel ({PNG_COLOR_TYPES[color]}); publish RGB or gray PNG")
         if depth == 16:
             raise InputError("PNG has 16 bits per channel; publish 8-bit RGB or gray PNG")
-    if h == 0 or w == 0:
-        raise InputError(f"empty image ({w}x{h})")
+    _check_size(h, w)
     return fmt, h, w
 
 
