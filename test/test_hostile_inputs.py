@@ -60,3 +60,12 @@ def test_a_raw_image_declaring_an_enormous_size_is_refused():
         from oxygen_ros.node.convert import image_to_rgb
 
         image_to_rgb(msg)
+
+
+@pytest.mark.parametrize("question,problem", [("", "empty question"), ("what\x00 now", "control characters (U+0000)"),
+                                              ("clear\x1b[2J\x7f", "control characters (U+001B, U+007F)"),
+                                              ("what have you done?", ""), ("qué has hecho? 你做了什么", "")])
+def test_questions_with_control_characters_never_reach_the_model(question, problem):
+    from oxygen_ros.engine.memory_log import question_problem
+
+    assert question_problem(question) == problem

@@ -16,6 +16,16 @@ def plain_text(text: str) -> str:
     return _CONTROL_MARKER.sub("", text)
 
 
+def question_problem(question: str) -> str:
+    """Why a question (whitespace already collapsed) cannot be asked; "" if it can."""
+    if not question:
+        return "empty question"
+    bad = sorted({f"U+{ord(c):04X}" for c in question if ord(c) < 32 or 127 <= ord(c) < 160})
+    if bad:
+        return f"question contains control characters ({', '.join(bad[:5])})"
+    return ""
+
+
 class PromptTooLong(ValueError):
     """The question does not fit the model's prompt limit even with an empty memory."""
 

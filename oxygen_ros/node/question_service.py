@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import params as node_params
-from ..engine.memory_log import PromptTooLong
+from ..engine.memory_log import PromptTooLong, question_problem
 from .questions import QuestionRejected
 
 if TYPE_CHECKING:
@@ -45,8 +45,9 @@ def ask_progress(node: OxygenNode, robot: str, request, response):
         return response
 
     question = " ".join(request.question.split())
-    if not question:
-        return reply(error="empty question")
+    problem = question_problem(question)
+    if problem:
+        return reply(error=problem)
     rt = node.runtime_of(robot)
     if rt is None or node.lifecycle_state != "active":
         return reply(error=f"the node is {node.lifecycle_state}, not active: activate it to ask questions")

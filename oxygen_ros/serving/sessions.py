@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..engine.admission import frames_to_finish
-from ..engine.memory_log import MemoryLog, PromptTooLong
+from ..engine.memory_log import MemoryLog, PromptTooLong, question_problem
 from ..engine.requests import LanguageRequest, RequestRejected
 from .robot_inputs import InputError, RobotInputs, repack
 
@@ -145,8 +145,11 @@ class SessionHub:
                 requests.append((stream, value, None))
         question = message.get(ASK_KEY)
         if question is not None:
-            if not isinstance(question, str) or not question.strip() or len(question) > MAX_QUESTION_CHARS:
-                raise InputError(f"{ASK_KEY}: a non-empty question of at most {MAX_QUESTION_CHARS} characters")
+            if not isinstance(question, str) or len(question) > MAX_QUESTION_CHARS:
+                raise InputError(f"{ASK_KEY}: a question of at most {MAX_QUESTION_CHARS} characters")
+            problem = question_problem(" ".join(question.split()))
+            if problem:
+                raise InputError(f"{ASK_KEY}: {problem}")
             timeout = message.get(ASK_TIMEOUT_KEY, self.language.question_timeout_s)
             if not isinstance(timeout, (int, float)) or not timeout > 0 or not math.isfinite(timeout):
                 raise InputError(f"{ASK_TIMEOUT_KEY}: a positive number of seconds, got {timeout!r}")
