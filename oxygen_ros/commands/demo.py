@@ -104,7 +104,9 @@ def _demo_robots(params: dict, out: Path) -> list[_Robot]:
     robots = params.get("robots") or []
     if not robots:
         return [_Robot("", params, out)]
-    return [_Robot(n, {**params, **(params.get(n) or {})}, out / n) for n in robots]
+    from oxygen_ros.tools.params_files import robot_params
+
+    return [_Robot(n, robot_params(params, n), out / n) for n in robots]
 
 
 class _Console:

@@ -76,6 +76,7 @@ from ..fast_exit import exit_now
 from .answer_estimate import AnswerEstimator
 from .loop_stats import LoopStats
 from ..engine.memory_log import MemoryLog
+from .topic_names import robot_topic
 from .questions import QuestionBoard
 from .robot_time import RobotTime, check_rtc_mode, warm_up_rtc
 from .sensor_inputs import SensorInputs
@@ -277,12 +278,7 @@ class OxygenNode(LifecycleNode):
         robot's relative names live under /ROBOT/ (private ones under /ROBOT/NODE/)."""
         if not robot:
             return self.resolve_topic_name(topic)
-        if topic.startswith("/"):
-            raise ValueError(f"topic {topic} is absolute: a fleet robot's topics are relative to its "
-                             f"namespace /{robot}/ (or set {robot}.<parameter> to another relative name)")
-        if topic.startswith("~"):
-            topic = f"{self.get_name()}/{topic[1:].lstrip('/')}"
-        return f"/{robot}/{topic}"
+        return robot_topic(robot, self.get_name(), topic)
 
     @staticmethod
     def _for_robot(robot: str, step, *args):

@@ -37,3 +37,9 @@ def params_from_file(path: str | Path) -> dict:
         if isinstance(entry, dict) and "ros__parameters" in entry:
             return dict(entry["ros__parameters"])
     raise ValueError(f"{path}: no ros__parameters entry")
+
+
+def robot_params(params: dict, robot: str) -> dict:
+    """A params file's values as a fleet robot gets them: the shared ones with that robot's
+    own section (`ROBOT: {...}`) over them; `robot` "" : the values as they are."""
+    return {**params, **(params.get(robot) or {})} if robot else params

@@ -55,26 +55,6 @@ class NodeInterfaces:
         return f"{self.namespace.rstrip('/')}/{self.node}"
 
 
-def _resolver(namespace: str, node: str, robot: str):
-    """The node's way of resolving a topic parameter (oxygen_node.OxygenNode._topic)."""
-    ns = namespace.rstrip("/")
-
-    def resolve(topic: str) -> str:
-        if robot:                       # a fleet robot's relative names live under /ROBOT/
-            if topic.startswith("/"):
-                raise ValueError(f"robot {robot}: topic {topic} is absolute; a fleet robot's topics are "
-                                 f"relative to /{robot}/")
-            if topic.startswith("~"):
-                return f"/{robot}/{node}/{topic[1:].lstrip('/')}"
-            return f"/{robot}/{topic}"
-        if topic.startswith("/"):
-            return topic
-        if topic.startswith("~"):
-            return f"{ns}/{node}/{topic[1:].lstrip('/')}"
-        return f"{ns}/{topic}"
-    return resolve
-
-
 def _model_config(model: str):
     """The profile's config; for a profile sized by its checkpoint (pi05, xr0), a sibling
     profile's: the camera slots are the family's, and only fixed-size multi-expert
@@ -91,6 +71,8 @@ def node_interfaces(params: dict, namespace: str = "/", node: str = "oxygen_node
     """What oxygen_node opens once configured with `params` (a params file's values)."""
     from ..node.expert_outputs import expert_topic
     from ..node.params import SPEC
+    from ..node.topic_names import node_topic, robot_topic
+    from .params_files import robot_params
 
     def value(p: dict, name: str):
         return p.get(name, SPEC[name].default)
@@ -100,8 +82,8 @@ def node_interfaces(params: dict, namespace: str = "/", node: str = "oxygen_node
     out = NodeInterfaces(namespace, node, [])
     fqn = out.fqn
     for robot in params.get("robots") or [""]:
-        p = {**params, **(params.get(robot) or {})} if robot else params
-        resolve = _resolver(namespace, node, robot)
+        p = robot_params(params, robot)
+        resolve = (lambda t, r=robot: robot_topic(r, node, t)) if robot else (lambda t: node_topic(namespace, node, t))
         cameras = list(value(p, "camera_topics"))
         experts = [expert_topic(e.name, list(value(p, "expert_trajectory_topics")), i)
                    for i, e in enumerate(cfg.extra_experts)]
