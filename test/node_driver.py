@@ -161,10 +161,10 @@ class Driver:
         statuses = {s.name.split(": ", 1)[1]: (int.from_bytes(s.level, "little") if isinstance(s.level, bytes)
                                               else int(s.level), s.message)
                     for s in arr.status if s.name.startswith(self.status_prefix + ": ")}
-        if statuses:
-            self.diags.append((time.monotonic(), statuses))
+        if statuses:             # values first: a message in diags has its values in diag_values
             self.diag_values = {s.name.split(": ", 1)[1]: {kv.key: kv.value for kv in s.values}
                                 for s in arr.status if s.name.startswith(self.status_prefix + ": ")}
+            self.diags.append((time.monotonic(), statuses))
 
     # -- waiting ---------------------------------------------------------------------------
     @staticmethod
@@ -240,6 +240,14 @@ class Driver:
 
     def chunks_since(self, since: float) -> int:
         return len(self.chunk_times(since))
+
+    def diag_values_after(self, since: float, status: str, margin: float = 0.3,
+                          timeout: float = 10.0) -> dict:
+        """The values of `status` from a /diagnostics message received more than `margin`
+        seconds after `since` (monotonic): counters that cover everything published before."""
+        self.wait_until(lambda: self.diags and self.diags[-1][0] > since + margin, timeout,
+                        "a /diagnostics message")
+        return self.diag_values.get(status, {})
 
     def diag_messages(self, since: float, status: str) -> list:
         return [(s[status][0], s[status][1]) for t, s in list(self.diags) if t >= since and status in s]

@@ -75,11 +75,11 @@ def rtc_multi_run(namespace, *, deadline):
     try:
         d.wait_until(lambda: all(len(c) >= 10 for c in d.expert_chunks.values()), 40.0,
                      "10 chunks on every further expert's topic")
-        time.sleep(1.5)                                      # a /diagnostics message or two
+        seen = time.monotonic()
+        delays = [m.rtc_delay_steps for _, m in list(d.timings)]
         return {"hands": [list(p.positions) for _, m in list(d.expert_chunks["joint_trajectory/hands"])
                           for p in m.points],
-                "delays": [m.rtc_delay_steps for _, m in list(d.timings)],
-                "robot_time": d.diag_values.get("robot time", {})}
+                "delays": delays, "robot_time": d.diag_values_after(seen, "robot time")}
     finally:
         d.close()
 
@@ -101,12 +101,14 @@ def test_every_expert_has_its_own_rtc_planner_and_statistics(start_node, tmp_pat
                       expert_action_statistics=[str(stats)])
     r = run_peers(__file__, {"driver": ["rtc_multi_run", node.namespace]}, timeout=90)["driver"]
     rt = r["robot_time"]
+    # only the first chunk is plain, apart from input gaps (a loaded machine can delay inputs
+    # until the previous chunk has ended: nothing to continue); counted, not timed
     for name in ("hands", "base"):
-        # only its first chunk was plain, apart from input gaps (a loaded machine delays inputs
-        # until the previous chunk has ended: nothing to continue)
         assert int(rt[f"rtc_plain_chunks:{name}"]) - int(rt[f"rtc_input_gaps:{name}"]) == 1, rt
-        assert int(rt[f"rtc_delay_steps:{name}"]) >= 1, rt
-    assert all(d >= 1 for d in r["delays"][1:]), r["delays"]
+        guided = int(rt[f"rtc_guided_chunks:{name}"])
+        assert guided >= 1 and guided + int(rt[f"rtc_plain_chunks:{name}"]) >= 10, rt
+    delays = r["delays"]
+    assert delays[0] == 0 and sum(d == 0 for d in delays[1:]) <= int(rt["rtc_input_gaps"]), (delays, rt)
     hands = [x for row in r["hands"] for x in row]
     # a random head's model actions lie within a few units of 0 -> (y + 1) / 2 * 0.1 + 0.4 stays
     # well inside 0 .. 1; the limits convention maps y = +-1 onto 0 and 1 and would clip there

@@ -103,6 +103,7 @@ def test_rtc_planner_first_chunk_gap_delay_and_clamp():
 
     guide, note = planner.guide(7.0, [0.0, 0.0])            # the chunk ended at 5.9
     assert guide is None and "input gap" in note and planner.plain_chunks == 2
+    assert planner.input_gaps == 1 and planner.guided_chunks == 2 and planner.last_delay == 0
     planner.reset()
     assert planner.guide(5.3, [0.0, 0.0])[0] is None        # activation forgets the chunk
 

@@ -129,6 +129,7 @@ def _robot(node: OxygenNode, serving, rt) -> DiagnosticArray:
     if rt.robot_time.rtc.enabled:
         for e in rt.experts:        # each further expert's own RTC planner
             robot_time["values"].update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay,
+                                         f"rtc_guided_chunks:{e.name}": e.rtc.guided_chunks,
                                          f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
                                          f"rtc_input_gaps:{e.name}": e.rtc.input_gaps,
                                          f"rtc_delays_clamped:{e.name}": e.rtc.clamped})

@@ -228,6 +228,7 @@ class RobotTime:
                 "rate_holdable_hz": hz if hz is not None else "measuring",
                 "arm_waits_between_chunks_ms": starved * 1e3 if starved is not None else "measuring",
                 "rtc_mode": self.rtc.config.mode, "rtc_delay_steps": self.rtc.last_delay,
+                "rtc_guided_chunks": self.rtc.guided_chunks,
                 "rtc_plain_chunks": self.rtc.plain_chunks, "rtc_input_gaps": self.rtc.input_gaps,
                 "rtc_delays_clamped": self.rtc.clamped,
                 "rtc_last_note": self.rtc_note or "none",

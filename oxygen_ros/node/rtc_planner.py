@@ -30,6 +30,7 @@ class RTCPlanner:
         self.previous: PublishedChunk | None = None
         self.plain_chunks = 0        # chunks sampled without guidance while RTC is on
         self.input_gaps = 0          # of those, after an input gap (the previous chunk had ended)
+        self.guided_chunks = 0       # chunks guided to continue the previous one
         self.clamped = 0             # delays cut to the previous chunk's remainder
         self.last_delay = 0
 
@@ -68,6 +69,7 @@ class RTCPlanner:
         # the robot's action dims only: the model's extra (padding) dims are left unguided
         target = np.asarray(self.policy.model_actions(positions, state), np.float32)
         self.last_delay = delay
+        self.guided_chunks += 1
         return RTCGuide(self.config, target, delay), note
 
     def published(self, stamp_s: float, positions: np.ndarray, latency_s: float) -> None:
