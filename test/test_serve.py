@@ -230,6 +230,65 @@ def test_errors_name_the_missing_or_misshapen_key(server):
         c.close()
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_hostile_messages_each_close_only_their_session():
+    """Property (hypothesis, bounded): random bytes, truncated observations, nested bombs, giant
+    array declarations and observations with keys dropped or replaced by anything each get
+    either a reply with the chunk or an error string and a 1011 close; a message over the size
+    limit is closed 1009 by the websocket layer; meanwhile another session keeps getting
+    chunks and the server's memory stays bounded."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from hostile_inputs import HOSTILE_WIRE, observations
+
+    s = Server(max_message_mb=1.0)
+    good = Client(s.url)
+    horizon = good.metadata["action_horizon"]
+    replies, errors = [], []
+    try:
+        good.infer(libero(0))
+        rss0 = _rss_mb()
+
+        @settings(max_examples=40, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(st.one_of(HOSTILE_WIRE.map(lambda kd: kd[1]), observations().map(pack)))
+        def one(data):
+            c = Client(s.url)
+            try:
+                c.ws.send(data)
+                message = c.ws.recv(timeout=30)
+                if isinstance(message, str):
+                    assert message.split(":", 1)[0] in ("WireError", "InputError"), message
+                    errors.append(message)
+                    with pytest.raises(ConnectionClosedError) as closed:
+                        c.ws.recv(timeout=30)
+                    assert closed.value.rcvd.code == 1011
+                else:
+                    assert unpack(message)["actions"].shape == (horizon, 7)
+                    replies.append(message)
+            finally:
+                c.close()
+            assert good.infer(libero(1))["actions"].shape == (horizon, 7)     # the other session goes on
+
+        one()
+        big = Client(s.url)
+        big.ws.send(pack(libero(2, **{"observation/image": np.zeros((1024, 1024, 3), np.uint8)})))
+        with pytest.raises(ConnectionClosedError) as closed:
+            big.ws.recv(timeout=30)
+        assert closed.value.rcvd.code == 1009                          # message too big
+        assert good.infer(libero(3))["actions"].shape == (horizon, 7)
+        assert len(errors) + len(replies) >= 40 and errors, (len(errors), len(replies))
+        assert _rss_mb() - rss0 < 100, (rss0, _rss_mb())
+    finally:
+        good.close()
+        s.close()
+
+
 def test_api_key_and_healthz():
     """Without the key or with a wrong one: 401 before the websocket opens, while a session
     with the key keeps getting chunks; /healthz needs no key."""

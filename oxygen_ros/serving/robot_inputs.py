@@ -85,7 +85,12 @@ def repack(obs, inputs: RobotInputs, slots) -> tuple[dict, np.ndarray, str]:
             images[slot] = hwc_uint8(_lookup(obs, key), key)
     parts = []
     for key, dims in inputs.state:
-        v = np.asarray(_lookup(obs, key))
+        raw = _lookup(obs, key)
+        try:
+            v = np.asarray(raw)
+        except (ValueError, TypeError, OverflowError):      # ragged nesting and the like
+            raise InputError(f"{key}: expected {dims} numbers, got a {type(raw).__name__} "
+                             "that is not an array") from None
         if v.dtype.kind not in "iuf" or v.size != dims:
             raise InputError(f"{key}: expected {dims} numbers, got {v.dtype} shape {list(v.shape)}")
         parts.append(v.reshape(-1).astype(np.float64))
