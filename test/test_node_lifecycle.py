@@ -1,6 +1,7 @@
 """oxygen_node's lifecycle over the real lifecycle_msgs services, node and driver in
 separate processes: the full cycle twice in a row, and a failed configure that leaves
-the node re-configurable.
+the node re-configurable; locked parameters refused, accepted changes logged and recorded
+(`oxygen record` in its own process, its bag read back with the report's summary code).
 
 Run by pytest; this file is also the driver peer program (`python FILE ROLE ...`).
 """
@@ -70,9 +71,14 @@ def change_locked(namespace, *, deadline):
     d = Driver(namespace)
     try:
         out = {"state": d.state(timeout=20.0)}
+        # the recorder (started before this peer) reads /parameter_events
+        d.wait_until(lambda: any(i.node_name == "oxygen_recorder" for i in
+                                 d.node.get_subscriptions_info_by_topic("/parameter_events")),
+                     10.0, "the recorder's /parameter_events subscription")
         out["instruction"] = d.set_param("instruction", "throw the cube away")        # locked, live
         out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # locked, configure-time
         out["narration"] = d.set_param("narration_every_n_frames", 7)                # not locked
+        out["narration_again"] = d.set_param("narration_every_n_frames", 9)
         return out
     finally:
         d.close()
@@ -123,20 +129,37 @@ def test_failed_configure_is_reported_and_node_stays_configurable(start_node):
 
 
 @pytest.mark.ros
-def test_locked_parameters_are_refused_and_accepted_changes_logged(start_node):
+def test_locked_parameters_are_refused_and_accepted_changes_logged(start_node, tmp_path):
     """locked_parameters: set requests for them are refused with the reason (a live one and
     one applied at configure, while unconfigured too); an unlocked change is accepted and
-    logged with its old and new value."""
+    logged with its old and new value, and `oxygen record` records it (/parameter_events):
+    the bag's summary lists both accepted changes, the refused ones not."""
+    from test_record import Recorder
+
+    from oxygen_ros.tools.bag_summary import read_bag
+
     node = start_node(locked_parameters=["instruction", "joint_upper_limits"], narration_every_n_frames=5)
-    r = run_peers(__file__, {"driver": ["change_locked", node.namespace]}, timeout=60)["driver"]
+    rec = Recorder(tmp_path / "bag", node.namespace)
+    try:
+        r = run_peers(__file__, {"driver": ["change_locked", node.namespace]}, timeout=60)["driver"]
+    finally:
+        out = rec.stop()
     assert r["state"] == "unconfigured"
     for name in ("instruction", "limits"):
         ok, reason = r[name]
         assert ok is False and "locked by the deployment profile" in reason, (name, reason)
-    assert r["narration"][0] is True
+    assert r["narration"][0] is True and r["narration_again"][0] is True
     log = node.log()
     assert "parameter narration_every_n_frames changed: 5 -> 7" in log, log[-2000:]
     assert "parameter instruction changed" not in log and "parameter change refused: instruction" in log
+
+    assert "/parameter_events" in out and "bag closed" in out, out
+    # (a set request resent after a lost response is a second change to the same value: left out)
+    changes = [(c["name"], c["old"], c["new"]) for c in read_bag(tmp_path / "bag").parameter_changes
+               if c["node"] == node.name and c["old"] != c["new"]]
+    # the declaration (old 5) is in the bag only if the recorder matched before the node declared it
+    assert changes in ([("narration_every_n_frames", 5, 7), ("narration_every_n_frames", 7, 9)],
+                       [("narration_every_n_frames", None, 7), ("narration_every_n_frames", 7, 9)]), changes
 
 
 if __name__ == "__main__":

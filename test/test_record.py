@@ -173,6 +173,7 @@ def test_record_is_lossless_and_readable_by_rosbags_and_mcap(tmp_path):
     assert counts["/diagnostics"] >= N_CHUNKS // 40
     types = {t["topic_metadata"]["name"]: t["topic_metadata"]["type"] for t in meta["topics_with_message_count"]}
     assert types[f"{ns}/narration"] == "oxygen_msgs/msg/TextChunk"
+    assert types["/parameter_events"] == "rcl_interfaces/msg/ParameterEvent"    # every node's changes
 
     # rosbags
     got = {t: set() for t in expected}

@@ -186,3 +186,99 @@ def test_report_of_a_bag_without_messages(tmp_path):
     s = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert s["chunks"]["count"] == 0 and s["chunks"]["achieved_rate_hz"] is None
     assert s["language"]["requests"] == 0 and (tmp_path / "rep" / "timeline.png").is_file()
+
+
+def test_parameter_values_as_plain_python():
+    """ParameterValue -> Python by its type, from rclpy's messages and rosbags' alike."""
+    from rcl_interfaces.msg import ParameterType, ParameterValue
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.tools.bag_parameters import parameter_value
+    from oxygen_ros.tools.bag_types import typestore
+
+    for value in (True, 7, 0.25, "pick", [1, 2], [0.5, 1.5], [True, False], ["a", "b"]):
+        got = parameter_value(Parameter("p", value=value).to_parameter_msg().value)
+        assert got == value and type(got) is type(value), (value, got)
+        assert all(type(g) is type(v) for g, v in zip(got, value)) if isinstance(value, list) else True
+    assert parameter_value(ParameterValue(type=ParameterType.PARAMETER_BYTE_ARRAY,
+                                          byte_array_value=[b"\x01", b"\xff"])) == [1, 255]
+    assert parameter_value(ParameterValue()) is None                       # not set
+    # rosbags' decoded messages hold numpy arrays
+    import numpy as np
+
+    PV = typestore().types["rcl_interfaces/msg/ParameterValue"]
+    empty = {f: np.zeros(0, t) for f, t in (("byte_array_value", np.uint8), ("bool_array_value", bool),
+                                            ("integer_array_value", np.int64), ("double_array_value", float))}
+    fields = dict(bool_value=False, integer_value=0, double_value=0.0, string_value="", string_array_value=[])
+    got = parameter_value(PV(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
+                             **{**fields, **empty, "double_array_value": np.array([2.9, 0.08])}))
+    assert got == [2.9, 0.08] and all(type(x) is float for x in got)
+    assert parameter_value(PV(type=ParameterType.PARAMETER_INTEGER, **{**fields, **empty, "integer_value": 5})) == 5
+
+
+def _event(node: str, new: dict = {}, changed: dict = {}):
+    """A ParameterEvent of the rosbags typestore (bool, int, float, str and float/str lists)."""
+    import numpy as np
+
+    from oxygen_ros.tools.bag_types import typestore
+
+    T = typestore().types
+    arrays = {"byte_array_value": np.uint8, "bool_array_value": bool, "integer_array_value": np.int64,
+              "double_array_value": np.float64}
+
+    def value(v):
+        kind = ({bool: 1, int: 2, float: 3, str: 4}.get(type(v))
+                or {float: 8, str: 9}[type(v[0])])
+        fields = {"bool_value": False, "integer_value": 0, "double_value": 0.0, "string_value": "",
+                  "string_array_value": [], **{f: np.zeros(0, t) for f, t in arrays.items()}}
+        field = {1: "bool_value", 2: "integer_value", 3: "double_value", 4: "string_value",
+                 8: "double_array_value", 9: "string_array_value"}[kind]
+        fields[field] = np.array(v, np.float64) if kind == 8 else v
+        return T["rcl_interfaces/msg/ParameterValue"](type=kind, **fields)
+
+    def params(values):
+        return [T["rcl_interfaces/msg/Parameter"](name=k, value=value(v)) for k, v in values.items()]
+
+    return T["rcl_interfaces/msg/ParameterEvent"](
+        stamp=T["builtin_interfaces/msg/Time"](sec=0, nanosec=0), node=node,
+        new_parameters=params(new), changed_parameters=params(changed), deleted_parameters=[])
+
+
+def test_report_lists_the_accepted_parameter_changes(tmp_path, capsys):
+    """/parameter_events in a bag: every changed parameter with its time since the bag's
+    start, node, old value (from a declaration or an earlier change; None when unseen) and
+    new value; declarations are no changes; the recorder's own node and ros2 bag's are
+    skipped. The report prints them, and "none" for a bag without changes."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from oxygen_ros.tools.bag_recorder import RECORDER_NODE_KEY
+    from oxygen_ros.tools.bag_types import typestore
+
+    node, t0 = "/robot/oxygen_node", 1_700_000_000
+    events = [(0.0, _event(node, new={"narration_every_n_frames": 5, "instruction": "pick"})),
+              (0.5, _event("/robot/oxygen_recorder", changed={"use_sim_time": True})),
+              (1.0, _event(node, changed={"narration_every_n_frames": 7})),
+              (1.5, _event("/rosbag2_recorder", changed={"x": 1})),
+              (2.0, _event(node, changed={"narration_every_n_frames": 9, "joint_upper_limits": [2.9, 0.08]})),
+              (2.5, _event("/other", changed={"instruction": "place"}))]
+    store = typestore()
+    with Writer(tmp_path / "bag", version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        w.set_custom_data(RECORDER_NODE_KEY, "/robot/oxygen_recorder")
+        conn = w.add_connection("/parameter_events", "rcl_interfaces/msg/ParameterEvent", typestore=store)
+        for t, event in events:
+            w.write(conn, int((t0 + t) * 1e9), store.serialize_cdr(event, conn.msgtype))
+    assert main(["report", str(tmp_path / "bag"), "--out", str(tmp_path / "rep")]) == 0
+    s = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert s["parameter_changes"] == [
+        {"t": 1.0, "node": node, "name": "narration_every_n_frames", "old": 5, "new": 7},
+        {"t": 2.0, "node": node, "name": "narration_every_n_frames", "old": 7, "new": 9},
+        {"t": 2.0, "node": node, "name": "joint_upper_limits", "old": None, "new": [2.9, 0.08]},
+        {"t": 2.5, "node": "/other", "name": "instruction", "old": None, "new": "place"}]
+    out = capsys.readouterr().out
+    assert "parameter changes: 4\n" in out
+    assert f"  1.0 s {node} narration_every_n_frames: 5 -> 7\n" in out
+    assert f"  2.0 s {node} joint_upper_limits: ? -> [2.9, 0.08]\n" in out
+
+    (tmp_path / "empty").mkdir()
+    test_report_of_a_bag_without_messages(tmp_path / "empty")
+    assert "parameter changes: none" in capsys.readouterr().out

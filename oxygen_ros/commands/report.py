@@ -3,7 +3,9 @@
 BAG is a rosbag2 folder (MCAP or sqlite3) from `oxygen record` or `ros2 bag record` of
 the node's topics. The JSON has chunk intervals (mean, p50, p95, max), the achieved
 rate, deadline misses, and per language request the frames and seconds from its start
-to its first token and to done, and tokens/s.
+to its first token and to done, and tokens/s; `parameter_changes`: every accepted parameter
+change the bag recorded on /parameter_events (time since the bag's start, node, name, old
+value where the bag saw it, new value), printed as "parameter changes: ..." ("none").
 
 `--video FILE.mp4` also renders the bag's scene camera (`oxygen record --cameras`) with
 the narration, memory, answers and action chunks as captions, and a still FILE.png

@@ -17,8 +17,13 @@ A multi-expert model's further experts each publish a JointTrajectory on their o
 (node/expert_outputs.py); those are recorded too (expert_topics), and the bag's custom data
 names the first expert's topic and theirs, so the summary tells them apart.
 
+/parameter_events too (every node's accepted parameter changes, rclpy's QoS for it: reliable,
+volatile, keep-last 1000), so the report lists who changed what the robot does
+(tools/bag_parameters.py); the bag's custom data names the recorder's own node, whose events
+are not the robot's.
+
 The same topics with `ros2 bag record` (see RECORDED and ros2_bag_command):
-    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics
+    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics /parameter_events
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import bag_types
+from .bag_parameters import PARAMETER_EVENT, PARAMETER_EVENTS
 
 
 @dataclass(frozen=True)
@@ -47,11 +53,13 @@ RECORDED = [
     Topic("memory_topic", "memory", "oxygen_msgs/msg/TextChunk", latched=True),
     Topic("answer_topic", "answer", "oxygen_msgs/msg/TextChunk"),
     Topic("", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"),
+    Topic("", PARAMETER_EVENTS, PARAMETER_EVENT),     # every node's; the summary skips the recorder's own
 ]
 DEPTH = 1000   # keep-last depth of each subscription: a long stall still loses nothing
 # the bag's custom data keys naming the trajectory topics (tools/bag_summary.py reads them)
 TRAJECTORY_KEY = "oxygen.trajectory_topic"
 EXPERT_TRAJECTORIES_KEY = "oxygen.expert_trajectory_topics"    # comma-separated
+RECORDER_NODE_KEY = "oxygen.recorder_node"    # the recorder's own node (its parameter events are not the robot's)
 
 
 def resolve(name: str, namespace: str = "/") -> str:
@@ -142,6 +150,7 @@ class BagRecorder:
         self.writer.set_custom_data(TRAJECTORY_KEY, next(n for n, t in recorded if t.key == "trajectory_topic"))
         self.writer.set_custom_data(EXPERT_TRAJECTORIES_KEY, ",".join(
             name for name, t in recorded if t.key == "expert_trajectory_topics"))
+        self.writer.set_custom_data(RECORDER_NODE_KEY, node.get_fully_qualified_name())
         self.writer.open()
         self.counts: dict[str, int] = {}
         self._subs = []
@@ -215,8 +224,9 @@ class BagRecorder:
     def report_when_matched(self, period_s: float = 0.1) -> None:
         """Print one line (MATCHED ...) once this recorder's own readers have matched every
         publisher the graph shows, at least one, on each of the node's topics: from then on
-        nothing the node publishes misses the bag (DDS matches topic by topic)."""
-        subs = [s for s in self._subs if s.topic_name in self.output_topics]
+        nothing the node publishes misses the bag (DDS matches topic by topic). Not
+        /parameter_events: every node in the graph publishes it, this recorder too."""
+        subs = [s for s in self._subs if s.topic_name in self.output_topics and s.topic_name != PARAMETER_EVENTS]
 
         def check():
             if all(0 < self.node.count_publishers(s.topic_name) <= s.get_publisher_count() for s in subs):

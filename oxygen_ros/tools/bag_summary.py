@@ -19,6 +19,8 @@ messages' header stamps (the node's clock):
 - several action experts: the first expert's JointTrajectory topic is the main one
   (main_trajectory_topic); the further experts' trajectories are kept apart
   (RunData.expert_trajectories) and counted, with their latency from stamp to receipt.
+- parameter changes: /parameter_events' accepted changes, each at its receipt time since
+  the bag's start, with the old value where the bag saw it (tools/bag_parameters.py).
 ROS-free: rosbags + numpy.
 """
 from __future__ import annotations
@@ -29,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from . import bag_types
-from .bag_recorder import EXPERT_TRAJECTORIES_KEY, TRAJECTORY, TRAJECTORY_KEY
+from .bag_parameters import PARAMETER_EVENT, format_changes, parameter_changes
+from .bag_recorder import EXPERT_TRAJECTORIES_KEY, RECORDER_NODE_KEY, TRAJECTORY, TRAJECTORY_KEY
 
 TIMING = "oxygen_msgs/msg/FrameTiming"
 TEXT = "oxygen_msgs/msg/TextChunk"
@@ -94,6 +97,7 @@ class RunData:
     trajectory_topic: str | None = None   # the first expert's topic (chunks, trajectories)
     trajectory_note: str | None = None    # how it was chosen, when the bag did not say
     expert_trajectories: dict = field(default_factory=dict)   # further experts: topic -> as trajectories
+    parameter_changes: list = field(default_factory=list)     # bag_parameters.parameter_changes()
 
 
 def _stamp(msg) -> float:
@@ -161,14 +165,14 @@ def read_bag(path: str | Path) -> RunData:
     from rosbags.rosbag2 import Reader
 
     path = bag_dir(path)
-    by_topic, frames, requests, diag, states = {}, [], {}, {}, []
+    by_topic, frames, requests, diag, states, events = {}, [], {}, {}, [], []
+    custom = custom_data(path)
     with Reader(path) as reader:
         wanted = [c for c in reader.connections
-                  if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS, JOINT_STATE)]
+                  if c.msgtype in (TRAJECTORY, TIMING, TEXT, DIAGNOSTICS, JOINT_STATE, PARAMETER_EVENT)]
         store = typestore_for(wanted)
         topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
-        main, note = main_trajectory_topic({t: n for t, (ty, n) in topics.items() if ty == TRAJECTORY},
-                                           custom_data(path))
+        main, note = main_trajectory_topic({t: n for t, (ty, n) in topics.items() if ty == TRAJECTORY}, custom)
         for conn, log_ns, raw in reader.messages(connections=wanted):
             msg = store.deserialize_cdr(raw, conn.msgtype)
             if conn.msgtype == TRAJECTORY:
@@ -189,6 +193,8 @@ def read_bag(path: str | Path) -> RunData:
                                     int(getattr(msg, "rtc_delay_steps", 0)),
                                     dict(zip(getattr(msg, "expert_names", []),
                                              (float(v) for v in getattr(msg, "expert_action_ms", []))))))
+            elif conn.msgtype == PARAMETER_EVENT:
+                events.append(((log_ns - reader.start_time) * 1e-9, msg))
             elif conn.msgtype == JOINT_STATE:
                 states.append((_stamp(msg), list(msg.name), list(msg.position), list(msg.velocity)))
             elif conn.msgtype == TEXT:
@@ -211,7 +217,8 @@ def read_bag(path: str | Path) -> RunData:
     for r in reqs:
         r.chunks.sort(key=lambda c: (c[0], c[2]))
     return RunData(str(path), chunks, trajectories, frames, reqs, diag, topics, states,
-                   trajectory_topic=main, trajectory_note=note, expert_trajectories=dict(sorted(by_topic.items())))
+                   trajectory_topic=main, trajectory_note=note, expert_trajectories=dict(sorted(by_topic.items())),
+                   parameter_changes=parameter_changes(events, [custom.get(RECORDER_NODE_KEY)]))
 
 
 def _optional(msg, name: str) -> float | None:
@@ -429,7 +436,9 @@ def summarize(data: RunData) -> dict:
     if experts is not None:       # only for multi-expert bags: a one-expert summary stays as it was
         summary["experts"] = experts
     summary["rate_held"] = rate_held(summary)
-    return _round(summary)
+    summary = _round(summary)
+    summary["parameter_changes"] = data.parameter_changes    # the values as set, not rounded
+    return summary
 
 
 # The rate counts as held when chunks came at >= 95% of the target rate and fewer than 5%
@@ -509,4 +518,5 @@ def format_summary(s: dict) -> str:
         lines.append(f"  {stream}: {b['done']}/{b['requests']} done; first token {f(b['seconds_to_first_token_mean'], '{:.2f}')} s, "
                      f"done {f(b['seconds_to_done_mean'], '{:.2f}')} s ({f(b['frames_to_done_mean'])} frames), "
                      f"{f(b['tokens_per_s_mean'])} tok/s per request")
+    lines += format_changes(s.get("parameter_changes", []))
     return "\n".join(lines)
