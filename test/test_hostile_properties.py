@@ -7,8 +7,8 @@ The property everywhere: a bad input raises the one error type its caller turns 
 line or an error reply (convert.InputError, wire.WireError, robot_inputs.InputError), with
 a message; a good one gives exactly the values it carries; memory stays within a small bound
 of the message's own size (a header cannot make us allocate what it declares). Examples are
-bounded (max_examples) so the suite keeps its time; the database is off so every run draws
-afresh and nothing is written into the checkout.
+bounded (max_examples) so the suite keeps its time; the example database is off, so every
+run draws afresh (hypothesis keeps only its caches, in .hypothesis/, which ignores itself).
 
 Over DDS, the same inputs against a running node: test_node_inputs, test_hostile_node.
 """
