@@ -1,7 +1,8 @@
 """oxygen_node's lifecycle over the real lifecycle_msgs services, node and driver in
 separate processes: the full cycle twice in a row, and a failed configure that leaves
 the node re-configurable; locked parameters refused, accepted changes logged and recorded
-(`oxygen record` in its own process, its bag read back with the report's summary code).
+(`oxygen record` in its own process, its bag read back with the report's summary code);
+the first frame held until an awaited recorder subscribes.
 
 Run by pytest; this file is also the driver peer program (`python FILE ROLE ...`).
 """
@@ -79,6 +80,26 @@ def change_locked(namespace, *, deadline):
         out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # locked, configure-time
         out["narration"] = d.set_param("narration_every_n_frames", 7)                # not locked
         out["narration_again"] = d.set_param("narration_every_n_frames", 9)
+        return out
+    finally:
+        d.close()
+
+
+def await_recorder(namespace, bag, *, deadline):
+    """Inputs flow but the node waits for its recorder: no chunk, diagnosed; then `oxygen
+    record` starts, and chunks follow."""
+    from node_driver import Driver
+    from test_record import Recorder
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: len(d.diag_messages(0.0, "control loop")) >= 3, 20.0, "three /diagnostics")
+        out = {"waiting": d.diag_messages(0.0, "control loop"), "chunks_before": d.chunks_since(0.0)}
+        rec = Recorder(bag, namespace)
+        try:
+            d.wait_until(lambda: d.chunks_since(0.0) >= 10, 20.0, "ten chunks once the recorder subscribed")
+        finally:
+            out["recorder"] = rec.stop()
         return out
     finally:
         d.close()
@@ -162,6 +183,27 @@ def test_locked_parameters_are_refused_and_accepted_changes_logged(start_node, t
                        [("narration_every_n_frames", None, 7), ("narration_every_n_frames", 7, 9)]), changes
 
 
+@pytest.mark.ros
+def test_first_frame_waits_for_the_awaited_recorder_and_its_bag_starts_at_frame_0(start_node, tmp_path):
+    """await_recorders: with inputs flowing, no chunk until the named recorder subscribes to
+    every output (/diagnostics names whom the loop waits for); its bag then holds every
+    frame from frame 0 on, and the node logged the wait."""
+    from oxygen_ros.tools.bag_summary import read_bag
+
+    node = start_node(autostart=True, await_recorders=["oxygen_recorder"])
+    r = run_peers(__file__, {"driver": ["await_recorder", node.namespace, str(tmp_path / "bag")]},
+                  timeout=90)["driver"]
+    assert r["chunks_before"] == 0, r
+    waiting = f"no action chunk: waiting for {node.namespace}/oxygen_recorder on {node.namespace}/"
+    assert len(r["waiting"]) >= 3 and r["waiting"][-1][1].startswith(waiting), r["waiting"]
+    assert "bag closed" in r["recorder"], r["recorder"]
+    frames = read_bag(tmp_path / "bag").frames
+    assert len(frames) >= 10 and [f.index for f in frames[:10]] == list(range(10)), [f.index for f in frames[:10]]
+    log = node.log()
+    assert f"first frame waits for {node.namespace}/oxygen_recorder on" in log, log[-2000:]
+    assert "awaited recorders subscribed after" in log, log[-2000:]
+
+
 if __name__ == "__main__":
     run_as_peer({"cycle_twice": cycle_twice, "bad_then_good_configure": bad_then_good_configure,
-                 "change_locked": change_locked})
+                 "change_locked": change_locked, "await_recorder": await_recorder})

@@ -2,8 +2,9 @@
 
 Starts the simulated robot (`oxygen sim`: the MuJoCo Panda), the recorder (`oxygen record`)
 and oxygen_node with the params file (default config/demo.yaml: SmolLM2 on the CPU), which
-it configures and activates only once the recorder has matched the node's publishers (the
-bag gets every frame); prints the narration and memory lines as they finish, asks "what
+it configures and activates only once the recorder has matched the node's publishers, with
+its first frame held until the node sees the recorder too (`await_recorders`: the bag gets
+every frame); prints the narration and memory lines as they finish, asks "what
 have you done?" half way through and prints the answer; then stops everything (node,
 robot, recorder, in that order, so the bag keeps the last messages), writes summary.json, timeline.png and
 demo.mp4 (the scene camera with the text as captions, and its still demo.png) next to
@@ -292,8 +293,14 @@ def _run_children(args, params, params_path, robots: list[_Robot], say, children
     if stop.is_set():
         return 130
     # not autostarted: _start_node() activates it once the recorders matched its publishers
+    # and its first frame waits until the node sees each recorder subscribed (its own matching
+    # can lag the recorder's on a loaded machine: node/recorder_wait.py)
+    awaits = []
+    for r in robots:             # relative: the recorder in that robot's namespace
+        awaits += ["-p", f"{r.name + '.' if r.name else ''}await_recorders:=[oxygen_recorder]"]
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
-                            "-p", "autostart:=false", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}"])
+                            "-p", "autostart:=false", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}",
+                            *awaits])
     say("started: " + ", ".join(f"{c.name} (pid {c.pid})" for c in children.children.values())
         + f"; logs in {children.log_dir}")
 

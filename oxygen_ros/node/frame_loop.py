@@ -20,6 +20,7 @@ from ..engine.requests import LanguageRequest, RequestRejected
 from . import params as node_params
 from .frame_publisher import FramePublisher
 from .logs import LOG_THROTTLE_S
+from .recorder_wait import missing_recorders
 from .tick_clock import TickClock
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class FrameLoop:
     def run(self) -> None:
         serving, log = self._serving, self._node.log_for
         robots = list(self._robots.values())
+        if not self._await_recorders():
+            return
         # replanning "asap": no ticks, the next frame starts when the last one ends
         clock = TickClock(serving.period_s) if robots[0].robot_time.replanning == "rate" else None
         first = True                   # no frame has run in this activation yet
@@ -85,6 +88,30 @@ class FrameLoop:
                 log("deadline").warning(
                     f"frame overran the {serving.period_s * 1e3:.0f} ms period: skipped {skipped} tick(s) "
                     f"({robots[0].stats.skipped_ticks} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _await_recorders(self) -> bool:
+        """Hold the activation's first frame until the `await_recorders` of every robot
+        subscribe to its outputs (recorder_wait.py says why the recorder's own view is not
+        enough); meanwhile each waiting robot is diagnosed once a period. False if stopped."""
+        missing = missing_recorders(self._node, self._robots.values())
+        if not missing:
+            return True
+        log = self._node.log_for("recorders")
+        gaps = [g for robot_gaps in missing.values() for g in robot_gaps]
+        log.info(f"first frame waits for {gaps[0]}" + (f" and {len(gaps) - 1} more" if len(gaps) > 1 else ""))
+        start = time.monotonic()
+        last = start - self._serving.period_s
+        while missing:
+            now = time.monotonic()
+            if now - last >= self._serving.period_s:
+                last = now
+                for name, gaps in missing.items():
+                    self._robots[name].stats.no_chunk(f"waiting for {gaps[0]} (await_recorders)")
+            if self._stop.wait(0.05):
+                return False
+            missing = missing_recorders(self._node, self._robots.values())
+        log.info(f"awaited recorders subscribed after {time.monotonic() - start:.2f} s: first frame")
+        return True
 
     def _usable(self) -> bool:
         return any(rt.monitor.snapshot().usable for rt in self._robots.values())

@@ -153,6 +153,11 @@ SPECS = [
          "Per further action expert with statistics: quantile (empty or missing) or mean_std.",
          required=False),
     Spec("frame_timing_topic", "frame_timing", "configure", "oxygen_msgs/FrameTiming output."),
+    Spec("await_recorders", Parameter.Type.STRING_ARRAY, "configure",
+         "Recorder nodes (e.g. oxygen_recorder; relative names live in the robot's namespace) "
+         "that must subscribe to every output topic (trajectories, frame timing, text, "
+         "/diagnostics) before an activation's first frame, so their bags hold every frame; "
+         "no robot of the node moves until they do. Empty: start at once.", required=False),
     Spec("narration_topic", "narration", "configure", "TextChunk stream of narrations."),
     Spec("memory_topic", "memory", "configure", "TextChunk stream of memory entries (transient-local)."),
     Spec("answer_topic", "answer", "configure", "TextChunk stream of answers to progress questions."),
