@@ -295,9 +295,11 @@ def _run_children(args, params, params_path, robots: list[_Robot], say, children
     # not autostarted: _start_node() activates it once the recorders matched its publishers
     # and its first frame waits until the node sees each recorder subscribed (its own matching
     # can lag the recorder's on a loaded machine: node/recorder_wait.py)
+    from oxygen_ros.tools.bag_recorder import BagRecorder
+
     awaits = []
     for r in robots:             # relative: the recorder in that robot's namespace
-        awaits += ["-p", f"{r.name + '.' if r.name else ''}await_recorders:=[oxygen_recorder]"]
+        awaits += ["-p", f"{r.name + '.' if r.name else ''}await_recorders:=[{BagRecorder.NODE_NAME}]"]
     children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(params_path),
                             "-p", "autostart:=false", "-p", f"control_rate_hz:={float(params['control_rate_hz'])!r}",
                             *awaits])

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)   # our handlers close the bag
-    node = rclpy.create_node("oxygen_recorder", namespace=args.namespace)
+    node = rclpy.create_node(BagRecorder.NODE_NAME, namespace=args.namespace)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:

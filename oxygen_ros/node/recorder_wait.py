@@ -8,10 +8,7 @@ graph (the same discovery data its writers match from) before its first frame.
 """
 from __future__ import annotations
 
-
-def qualified(name: str, namespace: str) -> str:
-    """A node name made absolute: a relative one lives in `namespace` (as topics do)."""
-    return name if name.startswith("/") else f"{namespace.rstrip('/')}/{name}"
+from .topic_names import node_topic
 
 
 def missing_recorders(node, robots) -> dict[str, list[str]]:
@@ -23,13 +20,14 @@ def missing_recorders(node, robots) -> dict[str, list[str]]:
     missing = {}
     for rt in robots:
         namespace = f"/{rt.name}" if rt.name else node.get_namespace()
-        wanted = [qualified(n, namespace) for n in rt.p.get("await_recorders") or []]
+        wanted = [node_topic(namespace, "", n) for n in rt.p.get("await_recorders") or []]   # ROS's rule
         if not wanted:
             continue
         topics = [pub.topic_name for key, pub in rt.pubs.items() if not key.startswith("view:")]
         gaps = []
         for topic in [*topics, "/diagnostics"]:
-            present = {qualified(i.node_name, i.node_namespace) for i in node.get_subscriptions_info_by_topic(topic)}
+            present = {node_topic(i.node_namespace, "", i.node_name)
+                       for i in node.get_subscriptions_info_by_topic(topic)}
             gaps += [f"{name} on {topic}" for name in wanted if name not in present]
         if gaps:
             missing[rt.name] = gaps

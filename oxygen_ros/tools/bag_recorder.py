@@ -220,6 +220,7 @@ class BagRecorder:
         return list(self.counts)
 
     MATCHED = "recorder matched the publishers of all"   # the line `oxygen demo` waits for
+    NODE_NAME = "oxygen_recorder"                       # `oxygen demo` names it in await_recorders
 
     def report_when_matched(self, period_s: float = 0.1) -> None:
         """Print one line (MATCHED ...) once this recorder's own readers have matched every
