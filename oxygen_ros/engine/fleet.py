@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 from typing import Hashable
 
 import numpy as np
@@ -74,6 +75,7 @@ class FleetEngine:
         self._turn = 0
         self._next_id = 1
         self._open: _OpenFrame | None = None
+        self._noise: dict[RobotId, torch.Generator] = {}   # robot -> its own action noise
 
     # -- robots and requests ---------------------------------------------------------------
     @property
@@ -168,7 +170,10 @@ class FleetEngine:
         guided = {r for r in robots if rtc.get(r) is not None and rtc[r].active(self.batch.horizon())}
         order = sorted(range(len(robots)), key=lambda i: robots[i] in guided)   # the batch's rows first
         robots, prefixes = [robots[i] for i in order], [prefixes[i] for i in order]
-        noise = [self.core.frame_noise(noises.get(r)) for r in robots]
+        e = self.model.cfg.expert
+        noise = [self.core.frame_noise(noises[r] if noises.get(r) is not None else
+                                       torch.randn(e.horizon, e.action_dim, generator=self.noise_generator(r)))
+                 for r in robots]
         first = self.config.max_requests          # robot i's prefix slot: first + i
         lengths = [p.shape[1] for p in prefixes]
         actions: dict = {}
@@ -197,7 +202,7 @@ class FleetEngine:
                     actions[robot] = self.batch.sample_one(prefixes[i], first + i, noise[i], rtc.get(robot))
                 ready[robot] = timer.mark("chunk")
                 extra[robot] = self.core.run_extra_experts(self.pool, first + i, lengths[i], prefixes[i], timer,
-                                                           (expert_noise or {}).get(robot),
+                                                           self._expert_noise(robot, (expert_noise or {}).get(robot)),
                                                            (expert_rtc or {}).get(robot))
         chunks = {}
         for robot in robots:
@@ -224,6 +229,25 @@ class FleetEngine:
         self._turn += 1
         self.core.frame_index += 1
         return results
+
+    def noise_generator(self, robot: RobotId) -> torch.Generator:
+        """The robot's own action-noise generator, seeded from the engine's seed and the
+        robot's name: one generator shared by the fleet would make a robot's chunk depend on
+        which other robots were in the frames before (how many draws they took)."""
+        gen = self._noise.get(robot)
+        if gen is None:
+            digest = hashlib.sha256(f"{self.config.seed}/{robot}".encode()).digest()
+            gen = self._noise[robot] = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+        return gen
+
+    def _expert_noise(self, robot: RobotId, given: dict | None) -> dict:
+        """Each further expert's noise: as given, else from the robot's own generator."""
+        given = dict(given or {})
+        for expert in self.core.extra_experts():
+            if given.get(expert.name) is None:
+                given[expert.name] = torch.randn(expert.cfg.horizon, expert.cfg.action_dim,
+                                                 generator=self.noise_generator(robot))
+        return given
 
     def step(self, observations: dict, noises: dict | None = None, rtc: dict | None = None,
              expert_noise: dict | None = None, expert_rtc: dict | None = None) -> dict:
