@@ -23,6 +23,7 @@ import concurrent.futures
 import math
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +41,16 @@ MAX_QUESTION_CHARS = 2000
 
 class ServerFull(RuntimeError):
     """No robot slot left in the fleet engine for another session."""
+
+
+class SessionFailed(RuntimeError):
+    """One session's own work raised (its policy I/O, its requests): the message is the
+    traceback, which the server sends as text before closing that session with 1011
+    (openpi's convention). The other sessions and the engine go on."""
+
+    @classmethod
+    def of(cls, err: BaseException) -> "SessionFailed":
+        return cls("".join(traceback.format_exception(err)).rstrip())
 
 
 @dataclass
@@ -122,9 +133,11 @@ class SessionHub:
         its robot slot is reused once the engine thread has cleared its queue."""
         with self._cond:
             session.closed = True
-            p = self._pending.pop(session.robot, None)
-            if p is not None:
-                p.future.cancel()
+            # the name may already serve a new session (this one failed and was reaped)
+            if self._sessions.get(session.robot) is session:
+                p = self._pending.pop(session.robot, None)
+                if p is not None:
+                    p.future.cancel()
             self._cond.notify_all()
 
     @property
@@ -158,6 +171,8 @@ class SessionHub:
             obs = self.adapter.observation(images, state, prompt)
         except ValueError as e:        # the policy I/O's checks (PolicyIOError)
             raise InputError(str(e)) from e
+        except Exception as e:         # noqa: BLE001 - a fault of the policy I/O: this session's
+            raise SessionFailed.of(e) from e
         future = concurrent.futures.Future()
         now = time.monotonic()
         with self._cond:
@@ -191,9 +206,11 @@ class SessionHub:
                 self._cond.wait(left)
             if self.max_batch and len(self._pending) > self.max_batch:     # the longest waiting first
                 keep = sorted(self._pending, key=lambda r: self._pending[r].received)[: self.max_batch]
-                return {r: self._pending.pop(r) for r in keep}
-            batch, self._pending = self._pending, {}
-            return batch
+                batch = {r: self._pending.pop(r) for r in keep}
+            else:
+                batch, self._pending = self._pending, {}
+            # running from here on: a future cancelled before (its waiter gone) is dropped
+            return {r: p for r, p in batch.items() if p.future.set_running_or_notify_cancel()}
 
     def _reap(self) -> None:
         """Closed sessions give back their robot slot (their queued requests dropped)."""
@@ -215,30 +232,56 @@ class SessionHub:
                 self._frame(batch)
             except Exception as e:  # noqa: BLE001 - the frame's sessions get the error, the hub goes on
                 self.log(f"frame failed: {type(e).__name__}: {e}")
-                for p in batch.values():
-                    if not p.future.done():
-                        p.future.set_exception(RuntimeError(f"frame failed: {type(e).__name__}: {e}"))
+                for robot, p in batch.items():
+                    self._fail(robot, p, e)
+
+    def _fail(self, robot: str, p: _Pending, err: BaseException) -> None:
+        """This session's observation gets the traceback (the server sends it and closes the
+        connection 1011); the session is closed here too, so its text is routed nowhere
+        even before the connection goes."""
+        if not p.future.done():
+            p.future.set_exception(err if isinstance(err, SessionFailed) else SessionFailed.of(err))
+        with self._cond:
+            s = self._sessions.get(robot)
+            if s is not None:
+                s.closed = True
+            self._cond.notify_all()
 
     def _frame(self, batch: dict[str, _Pending]) -> None:
+        """One fleet frame over `batch`. What fails for one session (its requests, its policy
+        I/O) fails that session only; once act() has opened the engine's frame, talk() closes
+        it whatever happens between them."""
         sessions = {r: self._sessions[r] for r in batch}
-        started = {r: self._start_requests(sessions[r], batch[r]) for r in batch}
+        started = {}
+        for r in list(batch):
+            try:
+                started[r] = self._start_requests(sessions[r], batch[r])
+            except Exception as err:  # noqa: BLE001 - this session's fault
+                self.log(f"session {r}: {type(err).__name__}: {err}")
+                self._fail(r, batch.pop(r), err)
+        if not batch:
+            return
         e = self.model.cfg.expert
         noises = {r: torch.randn(e.horizon, e.action_dim, generator=sessions[r].noise) for r in batch}
         t0 = time.perf_counter()
-        chunks = self.engine.act({r: p.obs for r, p in batch.items()}, noises=noises)
-        for robot, chunk in chunks.items():
-            s, p = sessions[robot], batch[robot]
-            try:
-                actions = self.adapter.actions(chunk.actions, p.state)[:, : s.inputs.action_dims]
-            except ValueError as err:
-                p.future.set_exception(InputError(str(err)))
-                continue
-            p.future.set_result({"actions": actions,
-                                 "server_timing": {"infer_ms": (time.perf_counter() - t0) * 1e3},
-                                 "oxygen/text": self._take_outbox(s), "oxygen/requests": started[robot]})
-        for robot, why in self.engine.faults.items():
-            batch[robot].future.set_exception(InputError(why))
-        results = self.engine.talk()
+        chunks = self.engine.act({r: p.obs for r, p in batch.items()}, noises=noises)   # raises: no frame open
+        try:
+            for robot, chunk in chunks.items():
+                s, p = sessions[robot], batch[robot]
+                try:
+                    actions = self.adapter.actions(chunk.actions, p.state)[:, : s.inputs.action_dims]
+                    p.future.set_result({"actions": actions,
+                                         "server_timing": {"infer_ms": (time.perf_counter() - t0) * 1e3},
+                                         "oxygen/text": self._take_outbox(s), "oxygen/requests": started[robot]})
+                except ValueError as err:       # the policy I/O's checks (PolicyIOError)
+                    p.future.set_exception(InputError(str(err)))
+                except Exception as err:  # noqa: BLE001 - a fault of this session's policy I/O
+                    self.log(f"session {robot}: {type(err).__name__}: {err}")
+                    self._fail(robot, p, err)
+            for robot, why in self.engine.faults.items():
+                batch[robot].future.set_exception(InputError(why))
+        finally:
+            results = self.engine.talk()
         self.frames += 1
         for result in results.values():
             for d in result.deltas:
