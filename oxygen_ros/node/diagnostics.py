@@ -44,7 +44,9 @@ def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, cou
         "frame_latency_ms_mean": lat, "frame_latency_ms_max": loop["latency_ms_max"],
         "frames": loop["frames"], "deadline_misses": loop["deadline_misses"],
         "skipped_ticks": loop["skipped_ticks"], "ticks_without_chunk": loop["no_chunk_ticks"],
-        "frame_errors": loop["frame_errors"], "decode_budget_steps": loop.get("decode_budget", 0),
+        "frame_errors": loop["frame_errors"],
+        "robot_faults": loop["robot_faults"],     # policy I/O or publishing raised (this robot only)
+        "decode_budget_steps": loop.get("decode_budget", 0),
         "decode_steps_last_frame": loop.get("decode_steps", 0),
         "chunk_points_clipped": loop.get("clipped_points", 0),   # by the joint-limit envelope
     }

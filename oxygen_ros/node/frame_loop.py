@@ -5,7 +5,9 @@ computes; a frame that overruns skips the ticks it overlapped, one that fails ne
 A node serving a fleet runs the same loop: each robot whose inputs are usable is in the
 tick's frame (one batched prefill and action sampling), each robot's chunk goes out as soon
 as the batch has it, then one decode batch serves every robot's text. A robot whose inputs
-are not usable is left out and diagnosed; it never holds the others back.
+are not usable is left out and diagnosed; it never holds the others back. An exception in
+one robot's policy I/O or publishing stays with that robot (FramePublisher.fault): the
+others still get their chunk, and every robot's text of the frame goes out.
 """
 from __future__ import annotations
 
@@ -145,7 +147,11 @@ class FrameLoop:
         tick_mono = time.monotonic()
         frames = {}
         for name, rt in self._robots.items():
-            frame = self._prepare(rt, now)
+            try:
+                frame = self._prepare(rt, now)
+            except Exception as e:  # noqa: BLE001 - this robot is left out, the others go on
+                self._publish[name].fault("preparing the observation", e, chunk_lost=True)
+                continue
             if frame is not None:
                 frames[name] = frame
         if not frames:
@@ -163,16 +169,23 @@ class FrameLoop:
         try:
             for name, chunk in chunks.items():
                 f = frames[name]
-                sent[name] = self._publish[name].chunk(chunk, f.state, now, tick_mono, f.obs_stamp_ns, f.live)
+                try:
+                    sent[name] = self._publish[name].chunk(chunk, f.state, now, tick_mono, f.obs_stamp_ns, f.live)
+                except Exception as e:  # noqa: BLE001 - this robot's chunk is lost, the next robots' are not
+                    self._publish[name].fault("the action chunk", e, chunk_lost=True)
+                    continue
                 # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
                 sent[name]["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
         finally:
             results = serving.frames.talk()   # language only after the chunks are out (and always:
         for name, result in results.items():  # it closes the engine's frame)
-            if name in sent:
-                self._publish[name].frame(result, frames[name].obs_stamp_ns, sent[name])
-            else:                            # not in this frame: its requests decoded all the same
-                self._publish[name].text(result)
+            try:
+                if name in sent:
+                    self._publish[name].frame(result, frames[name].obs_stamp_ns, sent[name])
+                else:                        # not in this frame, or its chunk failed: its requests decoded
+                    self._publish[name].text(result)
+            except Exception as e:  # noqa: BLE001 - the other robots' text still goes out
+                self._publish[name].fault("publishing the frame's text", e)
         return set(sent)
 
     def _prepare(self, rt: Runtime, now) -> RobotFrame | None:

@@ -2,10 +2,14 @@
 
 The chunk leaves before any language work, stamped at its observation's time; finished
 text requests then close their bookkeeping (the stream's slot, the memory log, answers).
+A publisher or the policy I/O that raises is this robot's fault (`fault`): counted, logged
+throttled, and the rest of the frame still goes out; a finished request's bookkeeping runs
+even when its last delta could not be published, so its stream never stays wedged.
 """
 from __future__ import annotations
 
 import time
+import traceback
 from typing import TYPE_CHECKING
 
 from .chunk_plan import plan_chunk
@@ -59,6 +63,17 @@ class FramePublisher:
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
                 "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
 
+    def fault(self, what: str, e: Exception, chunk_lost: bool = False) -> None:
+        """An exception in this robot's policy I/O or publishing: counted (`robot_faults` in
+        /diagnostics; `chunk_lost`: its tick made no chunk), logged throttled; the caller
+        goes on with the rest of the frame and the other robots."""
+        rt = self._rt
+        reason = f"{what} failed: {type(e).__name__}: {e}"
+        rt.stats.fault(reason, chunk_lost)
+        self._node.log_for("faults", rt.name).error(
+            f"{reason} ({rt.stats.robot_faults} fault(s) so far){'; no action chunk' if chunk_lost else ''}\n"
+            f"{traceback.format_exc()}", throttle_duration_sec=LOG_THROTTLE_S)
+
     def frame(self, result, obs_stamp_ns: int, sent: dict) -> None:
         """FrameTiming, the frame's text deltas, and the loop's statistics."""
         rt = self._rt
@@ -66,7 +81,10 @@ class FramePublisher:
         missed = ms["total"] > rt.period_s * 1e3
         timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s, **sent)
         timing.header.stamp = self._node.get_clock().now().to_msg()
-        rt.pubs["timing"].publish(timing)
+        try:
+            rt.pubs["timing"].publish(timing)
+        except Exception as e:  # noqa: BLE001 - the text and statistics still go out
+            self.fault("publishing FrameTiming", e)
         self.text(result, timing.header.stamp)
         budget = rt.engine.config.steps_per_frame
         rt.stats.frame(ms["total"], missed, result.tokens_emitted, decode_steps=result.decode_steps,
@@ -80,18 +98,24 @@ class FramePublisher:
         stamp = stamp or self._node.get_clock().now().to_msg()
         for d in merge_deltas(result.deltas):
             pub = self._rt.pubs.get(d.stream)
-            if pub is not None:
-                pub.publish(text_chunk_msg(d, stamp))
+            try:
+                if pub is not None:
+                    pub.publish(text_chunk_msg(d, stamp))
+            except Exception as e:  # noqa: BLE001 - the other deltas, and this one's bookkeeping, go on
+                self.fault(f"publishing {d.stream}", e)
             if d.done:
-                self._finished(d)
+                try:
+                    self._finished(d)
+                except Exception as e:  # noqa: BLE001
+                    self.fault(f"finishing {d.stream} request {d.request_id}", e)
 
     def _finished(self, d) -> None:
         rt = self._rt
+        if rt.stream_live.get(d.stream) == d.request_id:
+            rt.stream_live[d.stream] = None     # first: the stream may start its next request
         if d.error:
             self._node.log_for(d.stream, rt.name).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
                                                  throttle_duration_sec=LOG_THROTTLE_S)
-        if rt.stream_live.get(d.stream) == d.request_id:
-            rt.stream_live[d.stream] = None     # the stream may start its next request
         if d.stream == "memory" and not d.error:
             if rt.memory.add(d.full_text):
                 self._node.log_for("memory", rt.name).info(

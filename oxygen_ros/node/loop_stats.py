@@ -17,6 +17,7 @@ class LoopStats:
         self.skipped_ticks = 0
         self.no_chunk_ticks = 0
         self.frame_errors = 0
+        self.robot_faults = 0                   # exceptions in this robot's policy I/O or publishing
         self.last = {}                          # latest frame's engine figures
         self.problem = ("", -1e9)               # latest reason a tick produced no chunk
         self._last_at = None
@@ -46,6 +47,14 @@ class LoopStats:
             self.frame_errors += int(error)
             self.problem = (reason, self._clock())
 
+    def fault(self, reason: str, chunk_lost: bool) -> None:
+        """An exception confined to this robot (its policy I/O or a publisher); `chunk_lost`:
+        its tick produced no chunk because of it."""
+        if chunk_lost:
+            self.no_chunk(reason, error=True)
+        with self._lock:
+            self.robot_faults += 1
+
     def _trim(self, now: float) -> None:
         while self._frames and now - self._frames[0][0] > self.window_s:
             self._frames.popleft()
@@ -73,6 +82,7 @@ class LoopStats:
                 "skipped_ticks": self.skipped_ticks,
                 "no_chunk_ticks": self.no_chunk_ticks,
                 "frame_errors": self.frame_errors,
+                "robot_faults": self.robot_faults,
                 "problem": reason,
                 "problem_age_s": now - at,
                 **self.last,
