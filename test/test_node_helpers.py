@@ -465,3 +465,39 @@ def test_malloc_arenas_are_capped_unless_told_otherwise(monkeypatch):
     monkeypatch.setenv(malloc_arenas.ENV, "many")
     with pytest.raises(ValueError, match="OXYGEN_MALLOC_ARENAS"):
         malloc_arenas.limit()
+
+
+def test_action_limits_never_widen_the_joint_limits():
+    """JointSpace.inside: an action joint that is also a state joint gets the intersection of
+    both limits; one the state does not name keeps its own; disjoint limits are an error."""
+    from oxygen_ros.node.joint_space import JointSpace
+
+    joints = JointSpace.from_lists(["a", "b"], [-1.0, 0.0], [1.0, 2.0])
+    actions = JointSpace.from_lists(["a", "b", "hand"], [-100.0, 0.5, 0.0], [100.0, 1.5, 1.0], "action")
+    inside = actions.inside(joints)
+    assert list(inside.lower) == [-1.0, 0.5, 0.0] and list(inside.upper) == [1.0, 1.5, 1.0]
+    positions, clipped = inside.clip([[50.0, 1.0, 0.5]])
+    assert positions.tolist() == [[1.0, 1.0, 0.5]] and clipped == 1
+    with pytest.raises(ValueError, match="do not overlap"):
+        JointSpace.from_lists(["a"], [5.0], [6.0], "action").inside(joints)
+
+
+def test_parameter_rules_for_set_requests():
+    """The allow-list takes NAME for every fleet robot and ROBOT.NAME for one; a fleet
+    robot's parameter applies when its shared one does; live text is bounded and free of
+    control characters (line breaks and tabs allowed); unknown allow-list names are named."""
+    from oxygen_ros.node import params
+
+    assert params.changeable("instruction", {"instruction"})
+    assert params.changeable("r1.instruction", {"instruction"})
+    assert params.changeable("r1.instruction", {"r1.instruction"})
+    assert not params.changeable("r2.instruction", {"r1.instruction"})
+    assert not params.changeable("use_sim_time", {"instruction"})
+    assert params.applies_at("r1.joint_names") == "configure" and params.applies_at("instruction") == "live"
+    assert params.applies_at("use_sim_time") == ""
+    assert params.value_problem("instruction", "pick\tthe cube\nnow") == ""
+    assert "control characters (U+001B)" in params.value_problem("r1.instruction", "go\x1b[2J")
+    assert "at most 4096" in params.value_problem("answer_prompt", "x" * 5000)
+    assert params.value_problem("model", "x" * 5000) == ""
+    assert params.unknown_names(["instruction", "use_sim_time", "r1.instruction", "r2.instruction", "nope"],
+                                ["r1"]) == ["nope", "r2.instruction"]

@@ -1,8 +1,10 @@
 """oxygen_node's lifecycle over the real lifecycle_msgs services, node and driver in
 separate processes: the full cycle twice in a row, and a failed configure that leaves
-the node re-configurable; locked parameters refused, accepted changes logged and recorded
+the node re-configurable; parameters outside the allow-list refused, accepted changes logged
+and recorded
 (`oxygen record` in its own process, its bag read back with the report's summary code);
-the first frame held until an awaited recorder subscribes.
+the first frame held until an awaited recorder subscribes; published points inside the
+joint limits whatever action limits are set.
 
 Run by pytest; this file is also the driver peer program (`python FILE ROLE ...`).
 """
@@ -76,10 +78,32 @@ def change_locked(namespace, *, deadline):
         d.wait_until(lambda: any(i.node_name == "oxygen_recorder" for i in
                                  d.node.get_subscriptions_info_by_topic("/parameter_events")),
                      10.0, "the recorder's /parameter_events subscription")
-        out["instruction"] = d.set_param("instruction", "throw the cube away")        # locked, live
-        out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # locked, configure-time
-        out["narration"] = d.set_param("narration_every_n_frames", 7)                # not locked
+        out["instruction"] = d.set_param("instruction", "throw the cube away")        # not allowed, live
+        out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # not allowed, configure-time
+        out["action_limits"] = d.set_param("action_upper_limits", [100.0] * 8)       # not allowed, unset before
+        out["use_sim_time"] = d.set_param("use_sim_time", True)                      # rclpy's own, not allowed
+        out["narration"] = d.set_param("narration_every_n_frames", 7)                # allowed
         out["narration_again"] = d.set_param("narration_every_n_frames", 9)
+        return out
+    finally:
+        d.close()
+
+
+def widen_action_limits(namespace, *, deadline):
+    """Between cleanup and configure, action limits far outside the joint limits: the
+    chunks' points (recorded) must stay inside the joint limits."""
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        out = {"state": d.state(timeout=20.0)}
+        out["set"] = [d.set_param("action_lower_limits", [-100.0] * 8)[0],
+                      d.set_param("action_upper_limits", [100.0] * 8)[0]]
+        out["configure"], out["activate"] = d.transition("configure"), d.transition("activate")
+        d.wait_until(lambda: len(d.chunks) >= 5, 20.0, "five chunks")
+        points = [p.positions for _, m in list(d.chunks) for p in m.points]
+        out["min"] = [min(p[j] for p in points) for j in range(8)]
+        out["max"] = [max(p[j] for p in points) for j in range(8)]
         return out
     finally:
         d.close()
@@ -150,25 +174,26 @@ def test_failed_configure_is_reported_and_node_stays_configurable(start_node):
 
 
 @pytest.mark.ros
-def test_locked_parameters_are_refused_and_accepted_changes_logged(start_node, tmp_path):
-    """locked_parameters: set requests for them are refused with the reason (a live one and
-    one applied at configure, while unconfigured too); an unlocked change is accepted and
-    logged with its old and new value, and `oxygen record` records it (/parameter_events):
-    the bag's summary lists both accepted changes, the refused ones not."""
+def test_parameters_outside_the_allow_list_are_refused_and_accepted_changes_logged(start_node, tmp_path):
+    """changeable_parameters: set requests for every other parameter are refused with the
+    reason (live, applied at configure, unset before, rclpy's own use_sim_time; while
+    unconfigured too); an allowed change is accepted and logged with its old and new value,
+    and `oxygen record` records it (/parameter_events): the bag's summary lists both
+    accepted changes, the refused ones not."""
     from test_record import Recorder
 
     from oxygen_ros.tools.bag_summary import read_bag
 
-    node = start_node(locked_parameters=["instruction", "joint_upper_limits"], narration_every_n_frames=5)
+    node = start_node(changeable_parameters=["narration_every_n_frames"], narration_every_n_frames=5)
     rec = Recorder(tmp_path / "bag", node.namespace)
     try:
         r = run_peers(__file__, {"driver": ["change_locked", node.namespace]}, timeout=60)["driver"]
     finally:
         out = rec.stop()
     assert r["state"] == "unconfigured"
-    for name in ("instruction", "limits"):
+    for name in ("instruction", "limits", "action_limits", "use_sim_time"):
         ok, reason = r[name]
-        assert ok is False and "locked by the deployment profile" in reason, (name, reason)
+        assert ok is False and "not in changeable_parameters" in reason, (name, reason)
     assert r["narration"][0] is True and r["narration_again"][0] is True
     log = node.log()
     assert "parameter narration_every_n_frames changed: 5 -> 7" in log, log[-2000:]
@@ -181,6 +206,23 @@ def test_locked_parameters_are_refused_and_accepted_changes_logged(start_node, t
     # the declaration (old 5) is in the bag only if the recorder matched before the node declared it
     assert changes in ([("narration_every_n_frames", 5, 7), ("narration_every_n_frames", 7, 9)],
                        [("narration_every_n_frames", None, 7), ("narration_every_n_frames", 7, 9)]), changes
+
+
+@pytest.mark.ros
+def test_published_points_stay_inside_the_joint_limits_whatever_action_limits_say(start_node):
+    """action_lower/upper_limits of +-100 (the `limits` convention then maps the model's
+    [-1, 1] far outside the arm's range): every published point is still inside
+    joint_lower/upper_limits, the envelope being the intersection of both."""
+    from node_harness import tiny_params
+
+    node = start_node()
+    r = run_peers(__file__, {"driver": ["widen_action_limits", node.namespace]}, timeout=60)["driver"]
+    assert r["set"] == [True, True] and r["configure"] and r["activate"], r
+    lower, upper = tiny_params()["joint_lower_limits"], tiny_params()["joint_upper_limits"]
+    assert all(lo <= m for lo, m in zip(lower, r["min"])), (lower, r["min"])
+    assert all(m <= hi for hi, m in zip(upper, r["max"])), (upper, r["max"])
+    # the random model's actions did reach beyond the joint limits (else this proves nothing)
+    assert any(m == hi for hi, m in zip(upper, r["max"])) or any(m == lo for lo, m in zip(lower, r["min"]))
 
 
 @pytest.mark.ros
@@ -206,4 +248,5 @@ def test_first_frame_waits_for_the_awaited_recorder_and_its_bag_starts_at_frame_
 
 if __name__ == "__main__":
     run_as_peer({"cycle_twice": cycle_twice, "bad_then_good_configure": bad_then_good_configure,
-                 "change_locked": change_locked, "await_recorder": await_recorder})
+                 "change_locked": change_locked, "await_recorder": await_recorder,
+                 "widen_action_limits": widen_action_limits})

@@ -48,7 +48,8 @@ def expert_topic(name: str, topics: list, i: int) -> str:
     return topics[i] if i < len(topics) and topics[i] else f"joint_trajectory/{name}"
 
 
-def expert_outputs(p: dict, cfg, first_action_rate_hz: float, rtc: RTCConfig) -> list[ExpertOutput]:
+def expert_outputs(p: dict, cfg, first_action_rate_hz: float, rtc: RTCConfig,
+                   robot_joints: JointSpace | None = None) -> list[ExpertOutput]:
     """The ExpertOutputs of the model's extra experts (none for a one-expert model);
     ValueError naming the parameter when one does not fit the model."""
     from ..engine.policy_io import LimitsIO, PolicyIOError
@@ -97,7 +98,9 @@ def expert_outputs(p: dict, cfg, first_action_rate_hz: float, rtc: RTCConfig) ->
                 raise ValueError(f"expert_action_statistics[{i}] ({expert.name}): {e}") from e
         else:
             io = LimitsIO.from_limits(space.lower, space.upper, space.lower, space.upper, horizon)
-        out.append(ExpertOutput(expert.name, space, io, 1.0 / rate, topic, horizon,
+        # published positions stay inside the robot's joint limits whatever the expert's say
+        envelope = space.inside(robot_joints) if robot_joints is not None else space
+        out.append(ExpertOutput(expert.name, envelope, io, 1.0 / rate, topic, horizon,
                                 RTCPlanner(rtc, io, rate, horizon)))
     return out
 

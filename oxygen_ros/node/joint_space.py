@@ -32,6 +32,19 @@ class JointSpace:
             raise ValueError(f"{what}_lower_limits must be below {what}_upper_limits; not so for {bad}")
         return cls(names, lo, hi)
 
+    def inside(self, envelope: "JointSpace") -> "JointSpace":
+        """These joints with each limit narrowed to `envelope`'s for the joints it also names
+        (action limits never widen the robot's joint limits); ValueError where they do not overlap."""
+        lo, hi = self.lower.copy(), self.upper.copy()
+        for i, name in enumerate(self.names):
+            if name in envelope.names:
+                j = envelope.names.index(name)
+                lo[i], hi[i] = max(lo[i], envelope.lower[j]), min(hi[i], envelope.upper[j])
+                if not lo[i] < hi[i]:
+                    raise ValueError(f"limits of {name} [{self.lower[i]:g}, {self.upper[i]:g}] do not overlap its "
+                                     f"joint limits [{envelope.lower[j]:g}, {envelope.upper[j]:g}]")
+        return JointSpace(self.names, lo, hi)
+
     def clip(self, positions: np.ndarray) -> tuple[np.ndarray, int]:
         """Positions [H, joints] clipped into the limits, and how many of the H points had
         at least one joint clipped (NaN counts as clipped and becomes the lower limit)."""

@@ -36,6 +36,7 @@ the rest, by concern:
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import faulthandler
 import gc
@@ -58,6 +59,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
@@ -90,7 +92,7 @@ class Runtime:
     name: str                          # the robot: "" for the node's own namespace, else a fleet's
     p: dict
     joints: JointSpace                 # the state's joints (read from joint states)
-    action_joints: JointSpace          # the joints the action dimensions drive; the envelope
+    action_joints: JointSpace          # the joints the action dimensions drive; limits: the published envelope (action limits inside the joint limits)
     policy: object                     # engine.policy_io LimitsIO | PolicyIO
     model: object
     tok: object
@@ -133,7 +135,7 @@ class OxygenNode(LifecycleNode):
             name = problem.split(":")[0].removeprefix("parameter ")
             self._param_problems[name] = problem
             self.get_logger().error(f"{problem} (the default is kept; configure will fail)")
-        self._locked, self._started = set(), False      # set at the end of __init__
+        self._changeable, self._started = None, False      # set at the end of __init__
         self.add_on_set_parameters_callback(self._check_parameters)
         self._sensor_group = ReentrantCallbackGroup()
         self._service_group = ReentrantCallbackGroup()
@@ -160,11 +162,14 @@ class OxygenNode(LifecycleNode):
                                 qos_profile=qos.SERVICES, callback_group=self._service_group)
         # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
         self.context.on_shutdown(self._stop.set)
-        self._locked = set(node_params.read(self, ["locked_parameters"])["locked_parameters"])
-        unknown = sorted(self._locked - set(node_params.SPEC))
+        # the robot's allow-list; None: every parameter may change under its own rule
+        changeable = node_params.read(self, ["changeable_parameters"])["changeable_parameters"]
+        self._changeable = set(changeable) if changeable else None
+        unknown = node_params.unknown_names(changeable, self.robots)
         if unknown:
-            self._param_problems["locked_parameters"] = f"parameter locked_parameters: unknown parameters {unknown}"
-            self.get_logger().error(f"locked_parameters names unknown parameters {unknown} (configure will fail)")
+            self._param_problems["changeable_parameters"] = (
+                f"parameter changeable_parameters: unknown parameters {unknown}")
+            self.get_logger().error(f"changeable_parameters names unknown parameters {unknown} (configure will fail)")
         self._started = True
 
     @property
@@ -194,26 +199,34 @@ class OxygenNode(LifecycleNode):
 
     # -- parameters ----------------------------------------------------------------------
     def _check_parameters(self, params) -> SetParametersResult:
-        locked = [p.name for p in params if p.name in self._locked or p.name.split(".", 1)[-1] in self._locked]
-        if locked:
-            reason = (f"{', '.join(locked)} locked by the deployment profile (locked_parameters): change the "
-                      "params file and restart the node")
-            self.get_logger().warning(f"parameter change refused: {reason}")
+        try:
+            reason = self._refusal(params)
+        except Exception as e:  # noqa: BLE001 - a set request is answered whatever it holds
+            reason = f"refused: {type(e).__name__}: {e}"
+        if reason:
+            self.get_logger().warning(f"parameter change refused: {reason}", throttle_duration_sec=1.0)
             return SetParametersResult(successful=False, reason=reason)
-        frozen = [p.name for p in params
-                  if p.name in node_params.SPEC and node_params.SPEC[p.name].when == "configure"]
-        frozen += [p.name for p in params if "." in p.name
-                   and getattr(node_params.SPEC.get(p.name.split(".", 1)[1]), "when", "") == "configure"]
-        if frozen and self._serving is not None:
-            return SetParametersResult(
-                successful=False,
-                reason=f"{', '.join(frozen)} apply at configure: cleanup the node, set, configure again")
         for p in params:
             self._param_problems.pop(p.name, None)
-            if self._started and self.has_parameter(p.name):    # who changed what the robot does: in the log
-                self.get_logger().info(f"parameter {p.name} changed: {self.get_parameter(p.name).value!r} "
-                                       f"-> {p.value!r}")
+            if self._started:           # who changed what the robot does: in the log
+                old = self.get_parameter_or(p.name, None)   # unset ones have no value to get
+                old = "(unset)" if old is None or old.type_ == Parameter.Type.NOT_SET else _short(old.value)
+                self.get_logger().info(f"parameter {p.name} changed: {old} -> {_short(p.value)}")
         return SetParametersResult(successful=True)
+
+    def _refusal(self, params) -> str:
+        """Why a set request is refused ("" if it is not): outside the robot's allow-list,
+        applied at configure while configured, or a value no frame may use."""
+        if self._started and self._changeable is not None:
+            refused = [p.name for p in params if not node_params.changeable(p.name, self._changeable)]
+            if refused:
+                return (f"{', '.join(refused)} not in changeable_parameters (the deployment profile's "
+                        "allow-list): change the params file and restart the node")
+        frozen = [p.name for p in params if node_params.applies_at(p.name) == "configure"]
+        if frozen and self._serving is not None:
+            return f"{', '.join(frozen)} apply at configure: cleanup the node, set, configure again"
+        problems = [problem for p in params if (problem := node_params.value_problem(p.name, p.value))]
+        return "; ".join(problems)
 
     # -- lifecycle -----------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
@@ -323,7 +336,8 @@ class OxygenNode(LifecycleNode):
                 self.get_logger().info(f"RTC {robot_time.rtc.config.mode} path warmed up ({ms:.0f} ms a chunk)")
             except (ObservationError, PolicyIOError, ValueError) as e:   # an optimisation only:
                 self.get_logger().warning(f"RTC warm-up skipped ({e}): the first guided chunks may be late")
-        rt = Runtime(name=robot, p=p, joints=joints, action_joints=action_joints, policy=policy,
+        # the published envelope: action limits narrowed to the joint limits, whatever is set
+        rt = Runtime(name=robot, p=p, joints=joints, action_joints=action_joints.inside(joints), policy=policy,
                      model=model, tok=tok, engine=engine,
                      period_s=period_s, cameras=cameras, joint_input=joint_input,
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
@@ -333,7 +347,7 @@ class OxygenNode(LifecycleNode):
                      answers=AnswerEstimator(period_s))
         self._serving.robots[robot] = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
-        rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config)
+        rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config, joints)
         publisher = self.create_lifecycle_publisher
         rt.pubs = {
             **{f"trajectory:{e.name}": publisher(JointTrajectory, resolve(e.topic), qos.CONTROL)
@@ -467,6 +481,12 @@ class OxygenNode(LifecycleNode):
             import torch
 
             torch.cuda.empty_cache()
+
+
+def _short(value, limit: int = 200) -> str:
+    """A parameter value for a log line, cut to `limit` characters."""
+    text = repr(list(value) if isinstance(value, array.array) else value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _trim_heap() -> None:

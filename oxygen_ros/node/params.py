@@ -37,11 +37,13 @@ SPECS = [
          "Fleet mode: the robots this node serves, one name each (also its namespace: /NAME/ "
          "holds its topics and its ask_progress service); NAME.<parameter> overrides a shared "
          "parameter for that robot. Empty: one robot in the node's own namespace.", required=False),
-    Spec("locked_parameters", Parameter.Type.STRING_ARRAY, "start",
-         "Parameters that decide what the robot does and that no one may change while the node "
-         "runs (e.g. instruction, action_rate_hz, rtc_mode, joint limits): a set request is refused "
-         "with this reason. NAME locks it for every fleet robot too. Accepted changes are logged "
-         "with their old and new values either way.", required=False),
+    Spec("changeable_parameters", Parameter.Type.STRING_ARRAY, "start",
+         "The robot's allow-list: when set, only these parameters may change while the node runs "
+         "(e.g. instruction); a set request for any other one (use_sim_time included) is refused "
+         "with the reason, in every lifecycle state. NAME allows it for every fleet robot, "
+         "ROBOT.NAME for one. Empty: every parameter may change under its [start] / [configure] / "
+         "[live] rule (development profiles). Accepted changes are logged with their old and new "
+         "values either way.", required=False),
     Spec("max_concurrent_questions", 4, "start",
          "Progress questions decoded or waiting at once; more get an unsuccessful response. "
          "Also sizes the executor's thread pool.", (1, 64)),
@@ -297,6 +299,45 @@ def read(node, names=None, robot: str = "") -> dict:
 
 
 LIVE = [s.name for s in SPECS if s.when == "live"]
+
+# live text the model reads every frame: bounded, and no control bytes but line breaks and tabs
+LIVE_TEXT = {"instruction", "narration_prompt", "memory_prompt", "answer_prompt"}
+MAX_LIVE_TEXT_CHARS = 4096
+
+
+def base_name(name: str) -> str:
+    """A fleet robot's ROBOT.NAME as NAME; other names as they are."""
+    robot, _, rest = name.partition(".")
+    return rest if rest in SPEC and ROBOT_NAME.fullmatch(robot) else name
+
+
+def applies_at(name: str) -> str:
+    """A parameter's `when` (start | configure | live); "" for names outside the table."""
+    spec = SPEC.get(base_name(name))
+    return spec.when if spec else ""
+
+
+def changeable(name: str, allowed: set) -> bool:
+    """Whether the allow-list `allowed` lets `name` change (NAME also allows ROBOT.NAME)."""
+    return name in allowed or base_name(name) in allowed
+
+
+def unknown_names(names, robots) -> list[str]:
+    """The entries of an allow-list that name no parameter of this node."""
+    known = {*SPEC, "use_sim_time"}
+    return sorted(n for n in names if n not in known
+                  and not (n.partition(".")[0] in robots and n.partition(".")[2] in SPEC))
+
+
+def value_problem(name: str, value) -> str:
+    """Why a value is refused before it is set ("" if it is not): live text too long or
+    holding control characters (the model would read it every frame)."""
+    if base_name(name) not in LIVE_TEXT or not isinstance(value, str):
+        return ""
+    if len(value) > MAX_LIVE_TEXT_CHARS:
+        return f"{name} has {len(value)} characters (at most {MAX_LIVE_TEXT_CHARS})"
+    bad = sorted({f"U+{ord(c):04X}" for c in value if (ord(c) < 32 and c not in "\n\t") or 127 <= ord(c) < 160})
+    return f"{name} contains control characters ({', '.join(bad[:5])})" if bad else ""
 
 
 def build_engine(p: dict, robots: dict | None = None):

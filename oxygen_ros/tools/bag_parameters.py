@@ -2,7 +2,7 @@
 
 Every ROS node publishes an event on /parameter_events whenever its parameters change:
 `new_parameters` when it declares them (at its start), `changed_parameters` when a set
-request was accepted (a refused one, e.g. of oxygen_node's locked_parameters, publishes
+request was accepted (a refused one, e.g. outside oxygen_node's changeable_parameters, publishes
 nothing), `deleted_parameters` when undeclared. The changes are the `changed_parameters`;
 declarations and earlier changes give a later change its old value (None when the bag saw
 no earlier value, e.g. the node declared it before the recorder started).
