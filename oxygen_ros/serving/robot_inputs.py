@@ -14,8 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .wire import Limits
+
 PROMPT_KEY = "prompt"
 MAX_IMAGE_SIDE = 4096            # larger images are refused, not resized
+# characters a string may have, checked before anything tokenises it (the language keys are
+# sessions.py's); a longer one is refused with the reason in the reply, the session goes on
+STRING_CAPS = {PROMPT_KEY: 1000, "oxygen/narrate": 1000, "oxygen/remember": 1000, "oxygen/ask": 2000}
+MAX_KEYS = 64                    # entries of a map (an observation, ALOHA's images, an array's tags)
+MAX_LIST = 64                    # elements of a list (a shape, a state sent as a list)
+MAX_CONTAINERS = 1024            # maps and lists in one message
 
 
 class InputError(ValueError):
@@ -101,3 +109,20 @@ def repack(obs, inputs: RobotInputs, slots) -> tuple[dict, np.ndarray, str]:
     if not isinstance(prompt, str):
         raise InputError(f"{PROMPT_KEY}: expected a string, got {type(prompt).__name__}")
     return images, state, prompt
+
+
+def wire_limits(inputs: RobotInputs, max_message_bytes: int) -> Limits:
+    """msgpack's limits for an observation of `inputs`: strings up to the longest cap in
+    UTF-8 (so one over its cap still reaches the check that says so in the reply), byte
+    strings up to the message, lists and maps a little over what the schema holds."""
+    return Limits(max_str_len=4 * max(STRING_CAPS.values()), max_bin_len=max_message_bytes,
+                  max_array_len=max(MAX_LIST, *(dims for _, dims in inputs.state)),
+                  max_map_len=max(MAX_KEYS, 2 * len(inputs.keys)), max_containers=MAX_CONTAINERS)
+
+
+def over_cap(key: str, value) -> str:
+    """Why a string is too long for `key` ("" if it is not a string or fits)."""
+    cap = STRING_CAPS.get(key)
+    if cap is None or not isinstance(value, str) or len(value) <= cap:
+        return ""
+    return f"{key}: {len(value)} characters, at most {cap}"

@@ -5,12 +5,19 @@ one observation and each reply one dict with `actions` and `server_timing` (`inf
 `prev_total_ms` from the second reply on), plus the language extension's keys
 (sessions.py). A message that cannot be used gets the reason as a text message, and that
 connection alone is closed with code 1011, as openpi's server does with its traceback;
-every other session goes on. GET /healthz answers 200 "OK". With an API key, a connection
-without the header `Authorization: Api-Key <key>` is refused with 401 before it opens.
+every other session goes on. A string over its cap (robot_inputs.STRING_CAPS) is refused in
+the reply instead and the session goes on: a language key in `oxygen/requests`, a `prompt`
+as a reply with `oxygen/error` and no actions. GET /healthz answers 200 "OK". With an API
+key, a connection without the header `Authorization: Api-Key <key>` is refused with 401
+before it opens.
+
+Decoding and repacking run in a worker thread with the schema's msgpack limits, so the
+event loop (every session's replies) never waits on one message.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import time
 from http import HTTPStatus
@@ -18,11 +25,12 @@ from http import HTTPStatus
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
-from .robot_inputs import InputError
-from .sessions import ServerFull, SessionHub
+from .robot_inputs import PROMPT_KEY, InputError, over_cap, wire_limits
+from .sessions import ASK_KEY, ASK_TIMEOUT_KEY, STREAM_KEYS, ServerFull, SessionHub
 from .wire import WireError, pack, unpack
 
 ERROR_CLOSE_REASON = "Internal server error. Traceback included in previous frame."
+_STREAM_ORDER = [*STREAM_KEYS, "answer"]
 
 
 class OpenpiServer:
@@ -30,6 +38,10 @@ class OpenpiServer:
                  max_message_bytes: int = 32 << 20, log=print):
         self.hub, self.inputs, self.metadata = hub, inputs, metadata
         self.api_key, self.max_message_bytes, self.log = api_key, max_message_bytes, log
+        self.limits = wire_limits(inputs, max_message_bytes)
+        # one worker a session: a session has one message in hand at a time, so none waits
+        # behind another's decoding
+        self._workers = concurrent.futures.ThreadPoolExecutor(hub.max_sessions, "oxygen_serve_decode")
 
     def _check_request(self, connection, request):
         if request.path == "/healthz":
@@ -41,6 +53,25 @@ class OpenpiServer:
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong or missing API key\n")
         return None
 
+    # -- one message -------------------------------------------------------------------------
+    def _prepare(self, session, data):
+        """In a worker: (the reply's future, refusals) or ({"oxygen/error": why}, []) for a
+        prompt over its cap. WireError or InputError for a message that cannot be used."""
+        message = unpack(data, self.limits)
+        if not isinstance(message, dict):
+            raise InputError(f"an observation must be a map, got {type(message).__name__}")
+        why = over_cap(PROMPT_KEY, message.get(PROMPT_KEY))
+        if why:
+            return {"oxygen/error": why, "server_timing": {"infer_ms": 0.0}}, []
+        refused = []
+        for stream, key in [*STREAM_KEYS.items(), ("answer", ASK_KEY)]:
+            why = over_cap(key, message.get(key))
+            if why:          # this request refused; the observation is still served
+                refused.append({"stream": stream, "request_id": -1, "error": why})
+                drop = {key, ASK_TIMEOUT_KEY} if key == ASK_KEY else {key}
+                message = {k: v for k, v in message.items() if k not in drop}
+        return self.hub.submit(session, message), refused
+
     async def _session(self, ws) -> None:
         try:
             session = await asyncio.to_thread(self.hub.open, self.inputs)
@@ -49,6 +80,7 @@ class OpenpiServer:
             await ws.close(1013, "server full")
             return
         self.log(f"session {session.robot} opened ({ws.remote_address}); {self.hub.sessions} open")
+        loop = asyncio.get_running_loop()
         try:
             await ws.send(pack(self.metadata))
             prev_total_ms = None
@@ -59,12 +91,16 @@ class OpenpiServer:
                     break
                 start = time.monotonic()
                 try:
-                    reply = await asyncio.wrap_future(self.hub.submit(session, unpack(data)))
+                    pending, refused = await loop.run_in_executor(self._workers, self._prepare, session, data)
+                    reply = pending if isinstance(pending, dict) else await asyncio.wrap_future(pending)
                 except (WireError, InputError, RuntimeError) as e:   # RuntimeError: the frame failed
                     self.log(f"session {session.robot}: {e}")
                     await ws.send(f"{type(e).__name__}: {e}")
                     await ws.close(1011, ERROR_CLOSE_REASON)
                     break
+                if refused:
+                    reply["oxygen/requests"] = sorted(refused + reply["oxygen/requests"],
+                                                      key=lambda r: _STREAM_ORDER.index(r["stream"]))
                 if prev_total_ms is not None:
                     reply["server_timing"]["prev_total_ms"] = prev_total_ms
                 await ws.send(pack(reply))
@@ -77,9 +113,12 @@ class OpenpiServer:
 
     async def run(self, host: str, port: int, ready=None, stop: asyncio.Event | None = None) -> None:
         """Serve until `stop` is set; `ready(port)` once listening (port 0: the one chosen)."""
-        async with serve(self._session, host, port, process_request=self._check_request,
-                         max_size=self.max_message_bytes, compression=None) as server:
-            bound = server.sockets[0].getsockname()[1]
-            if ready is not None:
-                ready(bound)
-            await (stop or asyncio.Event()).wait()
+        try:
+            async with serve(self._session, host, port, process_request=self._check_request,
+                             max_size=self.max_message_bytes, compression=None) as server:
+                bound = server.sockets[0].getsockname()[1]
+                if ready is not None:
+                    ready(bound)
+                await (stop or asyncio.Event()).wait()
+        finally:
+            self._workers.shutdown(wait=False, cancel_futures=True)

