@@ -61,12 +61,12 @@ def servers(args):
     ns = Namespace(model=args.model, checkpoint=None, inputs="libero", host="127.0.0.1", port=0, api_key="",
                    max_sessions=n, window_ms=args.window_ms, max_message_mb=32.0, steps_per_frame=args.k,
                    max_tokens=args.tokens, max_requests=2 * n, question_timeout=60.0, seed=0, dtype="float32",
-                   device="cpu")
+                   device="cpu", idle_timeout=0.0, max_connections=0)   # the servers take turns: none is idle
     hub, server = build(ns, log=lambda line: None)
     engine = FleetEngine(hub.model, hub.tok, hub.engine.config, max_robots=n)
     one_hub = SessionHub(engine, hub.model, hub.tok, hub.adapter, hub.language, n, 0.0, log=lambda line: None,
                          max_batch=1)
-    one = OpenpiServer(one_hub, server.inputs, server.metadata, log=lambda line: None)
+    one = OpenpiServer(one_hub, server.inputs, server.metadata, log=lambda line: None, idle_timeout_s=0.0)
     return Running(hub, server), Running(one_hub, one)
 
 

@@ -29,7 +29,8 @@ PROMPT = "pick up the red cube"
 def serve_args(**kw) -> Namespace:
     args = dict(model="tiny", checkpoint=None, inputs="libero", host="127.0.0.1", port=0, api_key="",
                 max_sessions=4, window_ms=50.0, max_message_mb=8.0, steps_per_frame=4, max_tokens=12,
-                max_requests=8, question_timeout=60.0, seed=0, dtype="float32", device="cpu")
+                max_requests=8, question_timeout=60.0, seed=0, dtype="float32", device="cpu",
+                idle_timeout=30.0, max_connections=0)
     return Namespace(**{**args, **kw})
 
 

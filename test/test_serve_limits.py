@@ -107,3 +107,74 @@ def test_strings_over_their_cap_are_refused_in_the_reply_and_the_session_goes_on
         assert c.infer(libero(3))["actions"].shape == (horizon, 7)     # the same session goes on
     finally:
         c.close()
+
+
+def test_a_connection_beyond_the_sessions_gets_http_503_before_it_opens():
+    s = Server(max_sessions=1)
+    try:
+        first = Client(s.url)
+        assert first.infer(libero(0))["actions"].shape[1] == 7
+        with pytest.raises(InvalidStatus) as refused:
+            Client(s.url)
+        assert refused.value.response.status_code == 503
+        assert b"--max-sessions" in refused.value.response.body
+        assert first.infer(libero(1))["actions"].shape[1] == 7
+        first.close()
+        second = _connect_when_free(s.url)            # the slot comes back
+        assert second.infer(libero(2))["actions"].shape[1] == 7
+        second.close()
+    finally:
+        s.close()
+
+
+def test_an_idle_session_is_closed_and_its_slot_serves_the_next():
+    s = Server(max_sessions=1, idle_timeout=1.0)
+    try:
+        idle = Client(s.url)            # holds the only session, sends nothing
+        with pytest.raises(ConnectionClosed) as closed:
+            idle.ws.recv(timeout=20)
+        assert closed.value.rcvd.code == 1000 and "idle" in closed.value.rcvd.reason
+        good = _connect_when_free(s.url)
+        for i in range(3):
+            assert good.infer(libero(i))["actions"].shape[1] == 7
+        good.close()
+    finally:
+        s.close()
+
+
+def test_connections_over_the_cap_are_dropped_before_their_handshake():
+    s = Server(max_sessions=1, max_connections=2)
+    port = int(s.url.rsplit(":", 1)[1])
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]   # never handshake
+    try:
+        with pytest.raises((OSError, InvalidHandshake)):
+            Client(s.url)
+    finally:
+        for sock in held:
+            sock.close()
+    try:
+        good = _connect_when_free(s.url)
+        assert good.infer(libero(0))["actions"].shape[1] == 7
+        good.close()
+    finally:
+        s.close()
+
+
+def test_a_connection_reads_at_most_two_messages_ahead(server):
+    """websockets' default queue (16 messages of up to --max-message-mb each) is cut to 2: a
+    pipelining client is held by TCP, not by the server's memory."""
+    c = Client(server.url)
+    try:
+        c.infer(libero(0))
+        assert [conn.max_queue_high for conn in server.server.open_connections] == [2]
+    finally:
+        c.close()
+
+
+def test_binding_off_loopback_without_a_key_warns():
+    from oxygen_ros.serving.server import exposure_warning
+
+    assert "without an API key" in exposure_warning("0.0.0.0", "")
+    assert "without an API key" in exposure_warning("robot-server.lan", "")
+    for host, key in (("127.0.0.1", ""), ("::1", ""), ("localhost", ""), ("0.0.0.0", "s3cret")):
+        assert exposure_warning(host, key) == "", (host, key)

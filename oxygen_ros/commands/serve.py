@@ -29,7 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default="",
                    help=f"require `Authorization: Api-Key <key>` on connect (default: ${API_KEY_ENV} if set; "
                         "prefer the variable: a command line is visible to every user of the machine)")
-    p.add_argument("--max-sessions", type=int, default=4, help="connections served at once")
+    p.add_argument("--max-sessions", type=int, default=4,
+                   help="sessions served at once; a connection beyond them gets HTTP 503")
+    p.add_argument("--max-connections", type=int, default=0,
+                   help="TCP connections at once, handshakes included; more are dropped before their "
+                        "handshake (default: 4 per session)")
+    p.add_argument("--idle-timeout", type=float, default=30.0,
+                   help="seconds a session may neither send an observation nor read its reply before it "
+                        "is closed, freeing its slot (0: never)")
     p.add_argument("--window-ms", type=float, default=5.0,
                    help="how long a frame waits for the other sessions' observations after the first")
     p.add_argument("--max-message-mb", type=float, default=32.0, help="largest message accepted")
@@ -68,6 +75,8 @@ def build(args, log=print):
     api_key = args.api_key or os.environ.get(API_KEY_ENV, "")
     if args.max_sessions < 1:
         raise ValueError("--max-sessions must be at least 1")
+    if args.idle_timeout < 0 or args.max_connections < 0:
+        raise ValueError("--idle-timeout and --max-connections must not be negative")
     log(f"loading model {args.model} ...")
     model, tok = load_model(args.model, checkpoint=args.checkpoint, dtype=args.dtype, device=args.device)
     io = None
@@ -92,7 +101,8 @@ def build(args, log=print):
                 "action_dims": inputs.action_dims, "policy_io": adapter.name,
                 "extensions": {"language": {"request_keys": [*STREAM_KEYS.values(), ASK_KEY, ASK_TIMEOUT_KEY],
                                             "reply_keys": ["oxygen/text", "oxygen/requests"]}}}
-    server = OpenpiServer(hub, inputs, metadata, api_key, int(args.max_message_mb * 2**20), log=log)
+    server = OpenpiServer(hub, inputs, metadata, api_key, int(args.max_message_mb * 2**20), log=log,
+                          idle_timeout_s=args.idle_timeout, max_connections=args.max_connections)
     return hub, server
 
 

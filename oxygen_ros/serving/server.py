@@ -9,20 +9,25 @@ every other session goes on. A string over its cap (robot_inputs.STRING_CAPS) is
 the reply instead and the session goes on: a language key in `oxygen/requests`, a `prompt`
 as a reply with `oxygen/error` and no actions. GET /healthz answers 200 "OK". With an API
 key, a connection without the header `Authorization: Api-Key <key>` is refused with 401
-before it opens.
+before it opens; with every session taken, 503.
 
-Decoding and repacking run in a worker thread with the schema's msgpack limits, so the
-event loop (every session's replies) never waits on one message.
+What one connection can hold: one message being handled and at most `MAX_QUEUE` more
+received (the socket is not read further), at most `max_message_bytes` each; decoding and
+repacking run in a worker thread with the schema's msgpack limits, so the event loop (every
+session's replies) never waits on one message. Connections beyond `max_connections` are
+dropped as they are accepted, before any handshake; a session that neither sends nor reads
+for `idle_timeout_s` is closed, so idle key holders cannot keep the others out.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import hmac
+import ipaddress
 import time
 from http import HTTPStatus
 
-from websockets.asyncio.server import serve
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from .robot_inputs import PROMPT_KEY, InputError, over_cap, wire_limits
@@ -30,20 +35,68 @@ from .sessions import ASK_KEY, ASK_TIMEOUT_KEY, STREAM_KEYS, ServerFull, Session
 from .wire import WireError, pack, unpack
 
 ERROR_CLOSE_REASON = "Internal server error. Traceback included in previous frame."
+MAX_QUEUE = 2                    # messages received ahead of the one being handled
+IDLE_CLOSE_CODE = 1000
 _STREAM_ORDER = [*STREAM_KEYS, "answer"]
+
+
+def exposure_warning(host: str, api_key: str) -> str:
+    """A warning when `host` is reachable from other machines and no key is required ("" if not)."""
+    if api_key:
+        return ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:          # a host name: assume it is reachable
+        loopback = False
+    if loopback:
+        return ""
+    return (f"WARNING: listening on {host} without an API key: anyone who can reach this port can "
+            "send observations and hold sessions; set OXYGEN_API_KEY (and put TLS in front)")
 
 
 class OpenpiServer:
     def __init__(self, hub: SessionHub, inputs, metadata: dict, api_key: str = "",
-                 max_message_bytes: int = 32 << 20, log=print):
+                 max_message_bytes: int = 32 << 20, log=print, idle_timeout_s: float = 30.0,
+                 max_connections: int = 0):
+        """idle_timeout_s: 0 never closes an idle session; max_connections: TCP connections
+        at once, handshakes included (0: four per session)."""
         self.hub, self.inputs, self.metadata = hub, inputs, metadata
         self.api_key, self.max_message_bytes, self.log = api_key, max_message_bytes, log
+        self.idle_timeout_s = idle_timeout_s or None
+        self.max_connections = max_connections or 4 * hub.max_sessions
         self.limits = wire_limits(inputs, max_message_bytes)
         # one worker a session: a session has one message in hand at a time, so none waits
         # behind another's decoding
         self._workers = concurrent.futures.ThreadPoolExecutor(hub.max_sessions, "oxygen_serve_decode")
+        self._reserved: dict[ServerConnection, object] = {}    # connection -> its session
+        self.open_connections: set[ServerConnection] = set()
+        self.connections = 0          # TCP connections now, handshakes included
+        self.dropped = 0              # connections dropped over max_connections
 
-    def _check_request(self, connection, request):
+    # -- before the websocket opens ----------------------------------------------------------
+    def _connection_class(self):
+        server = self
+
+        class Counted(ServerConnection):
+            """Counts TCP connections; one over the cap is dropped before its handshake."""
+
+            def connection_made(self, transport):
+                super().connection_made(transport)
+                server.open_connections.add(self)
+                server.connections += 1
+                if server.connections > server.max_connections:
+                    server.dropped += 1
+                    transport.abort()
+
+            def connection_lost(self, exc):
+                server.open_connections.discard(self)
+                server.connections -= 1
+                server._release(self)       # a session reserved for a handshake that failed
+                super().connection_lost(exc)
+
+        return Counted
+
+    async def _check_request(self, connection, request):
         if request.path == "/healthz":
             return connection.respond(HTTPStatus.OK, "OK\n")
         if self.api_key:
@@ -51,7 +104,19 @@ class OpenpiServer:
             if not hmac.compare_digest(given.encode(), f"Api-Key {self.api_key}".encode()):
                 self.log(f"refused a connection from {connection.remote_address}: wrong or missing API key")
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong or missing API key\n")
+        try:   # the session is taken before the websocket opens, so "full" is an HTTP answer
+            session = await asyncio.to_thread(self.hub.open, self.inputs)
+        except ServerFull as e:
+            self.log(f"refused a connection from {connection.remote_address}: {e}")
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"{e}\n")
+        self._reserved[connection] = session
         return None
+
+    def _release(self, connection) -> None:
+        """A session reserved for a handshake whose connection went before its handler ran."""
+        session = self._reserved.pop(connection, None)
+        if session is not None:
+            self.hub.close(session)
 
     # -- one message -------------------------------------------------------------------------
     def _prepare(self, session, data):
@@ -72,21 +137,22 @@ class OpenpiServer:
                 message = {k: v for k, v in message.items() if k not in drop}
         return self.hub.submit(session, message), refused
 
+    async def _timed(self, awaitable):
+        async with asyncio.timeout(self.idle_timeout_s):
+            return await awaitable
+
     async def _session(self, ws) -> None:
-        try:
-            session = await asyncio.to_thread(self.hub.open, self.inputs)
-        except ServerFull as e:
-            await ws.send(str(e))
-            await ws.close(1013, "server full")
+        session = self._reserved.pop(ws, None)
+        if session is None:       # its connection already went (connection_lost closed it)
             return
         self.log(f"session {session.robot} opened ({ws.remote_address}); {self.hub.sessions} open")
         loop = asyncio.get_running_loop()
         try:
-            await ws.send(pack(self.metadata))
+            await self._timed(ws.send(pack(self.metadata)))
             prev_total_ms = None
             while True:
                 try:
-                    data = await ws.recv()
+                    data = await self._timed(ws.recv())
                 except ConnectionClosed:
                     break
                 start = time.monotonic()
@@ -95,7 +161,7 @@ class OpenpiServer:
                     reply = pending if isinstance(pending, dict) else await asyncio.wrap_future(pending)
                 except (WireError, InputError, RuntimeError) as e:   # RuntimeError: the frame failed
                     self.log(f"session {session.robot}: {e}")
-                    await ws.send(f"{type(e).__name__}: {e}")
+                    await self._timed(ws.send(f"{type(e).__name__}: {e}"))
                     await ws.close(1011, ERROR_CLOSE_REASON)
                     break
                 if refused:
@@ -103,19 +169,26 @@ class OpenpiServer:
                                                       key=lambda r: _STREAM_ORDER.index(r["stream"]))
                 if prev_total_ms is not None:
                     reply["server_timing"]["prev_total_ms"] = prev_total_ms
-                await ws.send(pack(reply))
+                await self._timed(ws.send(pack(reply)))
                 prev_total_ms = (time.monotonic() - start) * 1e3
+        except TimeoutError:
+            self.log(f"session {session.robot}: idle for {self.idle_timeout_s:g} s, closed")
+            await ws.close(IDLE_CLOSE_CODE, f"idle for {self.idle_timeout_s:g} s (--idle-timeout)")
         except ConnectionClosed:
             pass
-        finally:
+        finally:       # once only: a closed session's robot name is reused
             self.hub.close(session)
             self.log(f"session {session.robot} closed")
 
     async def run(self, host: str, port: int, ready=None, stop: asyncio.Event | None = None) -> None:
         """Serve until `stop` is set; `ready(port)` once listening (port 0: the one chosen)."""
+        warning = exposure_warning(host, self.api_key)
+        if warning:
+            self.log(warning)
         try:
             async with serve(self._session, host, port, process_request=self._check_request,
-                             max_size=self.max_message_bytes, compression=None) as server:
+                             max_size=self.max_message_bytes, max_queue=MAX_QUEUE, compression=None,
+                             create_connection=self._connection_class()) as server:
                 bound = server.sockets[0].getsockname()[1]
                 if ready is not None:
                     ready(bound)
