@@ -171,6 +171,14 @@ def test_a_connection_reads_at_most_two_messages_ahead(server):
         c.close()
 
 
+@pytest.mark.parametrize("key", ["clé", "ключ", "tab\tkey", " padded"])
+def test_an_api_key_no_client_can_send_is_refused_at_start(key):
+    from oxygen_ros.commands.serve import build
+
+    with pytest.raises(ValueError, match="printable ASCII"):
+        build(serve_args(api_key=key), log=lambda line: None)
+
+
 def test_binding_off_loopback_without_a_key_warns():
     from oxygen_ros.serving.server import exposure_warning
 

@@ -69,10 +69,11 @@ def build(args, log=print):
     from oxygen_ros.engine.scheduler import EngineConfig
     from oxygen_ros.serving.policy_adapters import AsGiven, ThroughPolicyIO
     from oxygen_ros.serving.robot_inputs import INPUTS
-    from oxygen_ros.serving.server import OpenpiServer
+    from oxygen_ros.serving.server import OpenpiServer, check_api_key
     from oxygen_ros.serving.sessions import ASK_KEY, ASK_TIMEOUT_KEY, STREAM_KEYS, Language, SessionHub
 
     api_key = args.api_key or os.environ.get(API_KEY_ENV, "")
+    check_api_key(api_key)         # before the model loads: a key no client can send is an error now
     if args.max_sessions < 1:
         raise ValueError("--max-sessions must be at least 1")
     if args.idle_timeout < 0 or args.max_connections < 0:

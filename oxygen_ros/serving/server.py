@@ -40,6 +40,14 @@ IDLE_CLOSE_CODE = 1000
 _STREAM_ORDER = [*STREAM_KEYS, "answer"]
 
 
+def check_api_key(api_key: str) -> None:
+    """ValueError for a key no client could send: HTTP header values are read as latin-1,
+    so anything but printable ASCII would never match."""
+    if api_key and not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
+        raise ValueError("the API key must be printable ASCII without leading or trailing spaces "
+                         "(HTTP headers cannot carry anything else as the same bytes)")
+
+
 def exposure_warning(host: str, api_key: str) -> str:
     """A warning when `host` is reachable from other machines and no key is required ("" if not)."""
     if api_key:
@@ -60,6 +68,7 @@ class OpenpiServer:
                  max_connections: int = 0):
         """idle_timeout_s: 0 never closes an idle session; max_connections: TCP connections
         at once, handshakes included (0: four per session)."""
+        check_api_key(api_key)
         self.hub, self.inputs, self.metadata = hub, inputs, metadata
         self.api_key, self.max_message_bytes, self.log = api_key, max_message_bytes, log
         self.idle_timeout_s = idle_timeout_s or None
