@@ -299,3 +299,75 @@ def test_a_robots_backlog_counts_what_fair_admission_puts_ahead_of_it():
     b = fleet.backlog("r1")
     assert (b.live, b.queued, b.steps_per_frame) == ((2,), (6,), 2)
     assert view.submit(LanguageRequest("c", max_new_tokens=2)) in fleet.owner
+
+
+def test_an_abort_frees_its_slot_at_once_and_leaves_the_others_exact():
+    """Aborting a live request mid-decode and a queued one, then forgetting their robot,
+    frees their KV slots at once: no delta of theirs follows, the pool's live slots are the
+    remaining requests' (the last slot moved into each hole), and every remaining request's
+    text equals it decoded alone from the same prefix. A robot registered again under the
+    forgotten name holds nothing and is served exactly. The single-robot engine's abort does
+    the same; neither aborts inside a frame."""
+    model, tok = tiny()
+    # the same observation every frame: a request's text then depends on its prompt alone;
+    # r1 first, so its requests take the first slots and an abort moves one of r0's
+    obs = {r: robot_observation(r, 0) for r in ("r1", "r0")}
+    noise = {r: robot_noise(model, r, 0) for r in obs}
+    iso = IsolatedRunner(model, tok)
+
+    def alone(robot, req):
+        ref = []
+        iso.language(obs[robot], LanguageRequest(req.prompt, max_new_tokens=req.max_new_tokens,
+                                                 ignore_eos=True), deltas=ref)
+        return ref[-1].full_text
+
+    fleet = FleetEngine(model, tok, config(max_requests=3), max_robots=2)
+    keep = [LanguageRequest(f"keep {'x' * j}", max_new_tokens=5 + 2 * j, ignore_eos=True) for j in range(3)]
+    drop = [LanguageRequest(f"drop {'y' * j}", max_new_tokens=30, ignore_eos=True) for j in range(3)]
+    for a, b in zip(keep, drop):
+        fleet.submit("r0", a)
+        fleet.submit("r1", b)
+    texts, seen = {}, set()
+
+    def collect(results):
+        for res in results.values():
+            texts.update({d.request_id: d.full_text for d in res.finished})
+
+    collect(fleet.step(obs, noise))
+    assert [lv.req for lv in fleet.core.live] == [drop[0], keep[0], keep[1]]
+    with pytest.raises(RuntimeError, match="inside a frame"):
+        fleet.act(obs, noise)
+        fleet.abort(drop[0].request_id)
+    collect(fleet.talk())
+    assert fleet.abort(drop[0].request_id) and fleet.abort(drop[2].request_id)      # live, queued
+    assert not fleet.abort(drop[2].request_id)
+    assert fleet.forget("r1") == 1 and "r1" not in fleet.queues
+    assert fleet.live_requests("r1") == 0 == sum(fleet.owner[lv.req.request_id] == "r1" for lv in fleet.core.live)
+    assert fleet.pool.live == len(fleet.core.live) == 1
+    again = LanguageRequest("back again", max_new_tokens=4, ignore_eos=True)
+    fleet.submit("r1", again)
+    assert fleet.live_requests("r1") == 0 and list(fleet.queues["r1"]) == [again]
+    while fleet.busy():
+        results = fleet.step(obs, noise)
+        seen |= {d.request_id for res in results.values() for d in res.deltas}
+        collect(results)
+        assert fleet.pool.live == len(fleet.core.live)
+    assert not seen & {r.request_id for r in drop}
+    assert len(texts) == 4
+    assert [texts[r.request_id] for r in keep] == [alone("r0", r) for r in keep]
+    assert texts[again.request_id] == alone("r1", again)
+    assert fleet.owner == {} and fleet.pool.live == 0
+
+    engine = OxygenEngine(model, tok, config(max_requests=3))
+    reqs = [LanguageRequest(f"one {'z' * j}", max_new_tokens=6 + j, ignore_eos=True) for j in range(4)]
+    for r in reqs:
+        engine.submit(r)
+    engine.step(obs["r0"], noise["r0"])
+    assert engine.abort(reqs[0].request_id) and engine.abort(reqs[3].request_id)     # slot 0 live, queued
+    assert engine.pool.live == len(engine.live) == 2 and not engine.pending
+    done = {}
+    while engine.live:
+        res = engine.step(obs["r0"], noise["r0"])
+        assert reqs[0].request_id not in {d.request_id for d in res.deltas}
+        done.update({d.request_id: d.full_text for d in res.finished})
+    assert [done[r.request_id] for r in reqs[1:3]] == [alone("r0", r) for r in reqs[1:3]]

@@ -1,6 +1,8 @@
-"""`oxygen serve` under faults (issue 42, item 4): a failure in one session's policy I/O
-closes that session alone (openpi's convention: the traceback as a text message, then close
-1011) while the others of its batch get their chunks and the engine keeps serving.
+"""`oxygen serve` under faults and abandoned work (issue 42, items 4 and 5): a failure in one
+session's policy I/O closes that session alone (openpi's convention: the traceback as a text
+message, then close 1011) while the others of its batch get their chunks and the engine
+keeps serving; a session that goes, or a question that expires, gives its KV slots and its
+routes back at once.
 
 The server runs in this process (test_serve.Server: the real hub, engine with the `tiny`
 profile and websocket server); clients are real websocket clients.
@@ -54,8 +56,6 @@ def test_one_sessions_policy_io_failure_closes_that_session_only():
     s.hub.adapter = PolicyIOWithABug()
     good, bad = Client(s.url), Client(s.url)
     try:
-        good.infer(libero(0))          # alone in its frame? no: both are open, so the window waits
-        frames = s.hub.frames
         poisoned = libero(1, **{"observation/state": np.array([POISON] + [0.0] * 7)})
         bad.ws.send(pack(poisoned))
         good.ws.send(pack(libero(2)))
@@ -67,8 +67,10 @@ def test_one_sessions_policy_io_failure_closes_that_session_only():
         with pytest.raises(ConnectionClosedError) as closed:
             bad.ws.recv(timeout=30)
         assert closed.value.rcvd.code == 1011
-        assert s.hub.frames == frames + 1, "both observations were one frame"
-        assert s.hub.engine._open is None
+        # the frame is counted after its language work, which follows the replies
+        assert wait_until(lambda: s.hub.frames >= 1) and s.hub.engine._open is None
+        time.sleep(0.2)
+        assert s.hub.frames == 1, "both observations were one frame"
         for i in range(3, 6):
             assert good.infer(libero(i))["actions"].shape[1] == 7
         late = Client(s.url)
@@ -91,11 +93,77 @@ def test_after_a_failed_frame_the_engine_serves_the_next_session():
         bad.ws.send(pack(libero(1, **{"observation/state": np.array([POISON] + [0.0] * 7)})))
         assert "Traceback" in bad.ws.recv(timeout=60)
         bad.close()
-        assert s.hub.engine._open is None
+        assert wait_until(lambda: s.hub.engine._open is None, 10), "the failed frame was left open"
         c = Client(s.url)
         reply = c.ws.send(pack(libero(2))) or c.ws.recv(timeout=60)
         assert not isinstance(reply, str), reply
         assert unpack(reply)["actions"].shape[1] == 7
         c.close()
     finally:
+        s.close()
+
+
+def test_sessions_that_leave_mid_question_give_back_their_slots_and_routes():
+    """Clients that ask, narrate and remember, then disconnect with their text undecoded:
+    once the engine thread has reaped them, the KV slots and the hub's text routes are those
+    of the session still open, and a new session that reuses a gone one's name holds
+    nothing. (1 decode step a frame and 40 tokens a request: abandoned work would otherwise
+    hold its slots for 40 frames.)"""
+    s = Server(steps_per_frame=1, max_tokens=40, max_requests=8, window_ms=5.0)
+    hub = s.hub
+    good = Client(s.url)
+    try:
+        started = good.infer(libero(0, **{"oxygen/narrate": True}))["oxygen/requests"]
+        assert started[0]["request_id"] > 0
+        keeper = next(x.robot for x in hub._sessions.values() if not x.closed)
+        gone = set()
+        for k in range(3):
+            c = Client(s.url)
+            reply = c.infer(libero(10 + k, **{"oxygen/narrate": True, "oxygen/remember": True,
+                                             "oxygen/ask": "what have you done?"}))
+            assert all(r["request_id"] > 0 for r in reply["oxygen/requests"]), reply["oxygen/requests"]
+            gone |= {x.robot for x in hub._sessions.values() if x.robot != keeper}
+            c.close()
+        for i in range(1, 4):       # frames after the disconnects: the engine thread reaps
+            good.infer(libero(i))
+        assert wait_until(lambda: hub.sessions == 1)
+        slots, routes = owners(hub)
+        assert slots == {keeper} and routes == {keeper}, (slots, routes)
+        assert hub.engine.core.pool.live == len(hub.engine.core.live)
+        assert set(hub.engine.queues) <= {keeper}, hub.engine.queues
+        assert set(hub.engine.owner.values()) == {keeper}
+        again = Client(s.url)
+        robot = next(x.robot for x in hub._sessions.values() if x.robot != keeper and not x.closed)
+        assert robot in gone, "the new session reuses a gone one's name"
+        assert hub.engine.live_requests(robot) == 0
+        assert again.infer(libero(20))["actions"].shape[1] == 7
+        again.close()
+    finally:
+        good.close()
+        s.close()
+
+
+def test_an_expired_question_frees_its_slot():
+    """A question past its deadline ends with the timeout error on the next reply, and its
+    request is gone from the engine at once (no slot, no queue entry, no route)."""
+    s = Server(steps_per_frame=1, max_tokens=40, window_ms=5.0)
+    hub = s.hub
+    c = Client(s.url)
+    try:
+        asked = c.infer(libero(0, **{"oxygen/ask": "what have you done?", "oxygen/ask_timeout_s": 0.05}))
+        rid = asked["oxygen/requests"][0]["request_id"]
+        assert rid > 0, asked
+        texts = []
+        for i in range(1, 30):
+            time.sleep(0.02)
+            texts += c.infer(libero(i))["oxygen/text"]
+            if any(t["request_id"] == rid and t["done"] for t in texts):
+                break
+        done = [t for t in texts if t["request_id"] == rid and t["done"]]
+        assert done and done[0]["error"] == "not answered within its timeout", texts
+        assert rid not in hub.engine.owner and rid not in hub._owner
+        assert all(lv.req.request_id != rid for lv in hub.engine.core.live)
+        assert hub.engine.core.pool.live == len(hub.engine.core.live) == 0
+    finally:
+        c.close()
         s.close()

@@ -140,6 +140,38 @@ class FleetEngine:
         queue.append(req)
         return req.request_id
 
+    def abort(self, request_id: int) -> bool:
+        """Drop a request whose caller has gone (a closed session, an expired question): out
+        of its robot's queue, or its KV slot freed at once; the other requests' K/V and
+        tokens are unchanged (OxygenEngine.abort). No delta follows. Between frames only.
+        True if it was queued or live."""
+        if self._open is not None:
+            raise RuntimeError("abort() inside a frame: call it before act() or after talk()")
+        robot = self.owner.pop(request_id, None)
+        self._counted.pop(request_id, None)
+        if robot is None:
+            return False
+        queue = self.queues.get(robot, ())
+        for req in queue:
+            if req.request_id == request_id:
+                queue.remove(req)
+                return True
+        return self.core.release_request(request_id)
+
+    def forget(self, robot: RobotId) -> int:
+        """A robot that has gone: every request of its aborted and its name unregistered, so
+        a robot registered later under the same name starts with nothing (no slots held, an
+        empty queue, its noise generator from its seed). Between frames only. Returns how
+        many requests were dropped."""
+        if self._open is not None:
+            raise RuntimeError("forget() inside a frame: call it before act() or after talk()")
+        mine = [rid for rid, r in self.owner.items() if r == robot]
+        for rid in mine:
+            self.abort(rid)
+        self.queues.pop(robot, None)
+        self._noise.pop(robot, None)
+        return len(mine)
+
     # -- the frame ---------------------------------------------------------------------------
     @torch.inference_mode()
     def act(self, observations: dict, noises: dict | None = None, rtc: dict | None = None,

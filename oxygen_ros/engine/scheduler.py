@@ -383,6 +383,27 @@ class OxygenEngine(EngineBase):
             self.pool.lengths[slot] = lv.length
         self._release(finished)
 
+    def abort(self, request_id: int) -> bool:
+        """Drop a request whose caller has gone: out of the queue, or its KV slot freed at
+        once (the last live slot moves into the hole, as when a request finishes, so the
+        others' K/V and tokens are unchanged). No delta follows. Between frames only (the
+        open frame's staging slot sits past the live ones). True if it was queued or live."""
+        if self._open is not None:
+            raise RuntimeError("abort() inside a frame: call it before act() or after talk()")
+        for req in self.pending:
+            if req.request_id == request_id:
+                self.pending.remove(req)
+                return True
+        return self.release_request(request_id)
+
+    def release_request(self, request_id: int) -> bool:
+        """Free a live request's slot now (abort's live half; FleetEngine's too)."""
+        for slot, lv in enumerate(self.live):
+            if lv.req.request_id == request_id:
+                self._release([slot])
+                return True
+        return False
+
     def _release(self, slots: list[int]) -> None:
         for slot in sorted(slots, reverse=True):
             moved = self.pool.release(slot)

@@ -130,7 +130,8 @@ class SessionHub:
 
     def close(self, session: Session) -> None:
         """The session's waiting observation is dropped; its requests' text goes nowhere;
-        its robot slot is reused once the engine thread has cleared its queue."""
+        the engine thread then aborts its requests (their KV slots freed at once) and its
+        robot slot is reused."""
         with self._cond:
             session.closed = True
             # the name may already serve a new session (this one failed and was reaped)
@@ -213,12 +214,15 @@ class SessionHub:
             return {r: p for r, p in batch.items() if p.future.set_running_or_notify_cancel()}
 
     def _reap(self) -> None:
-        """Closed sessions give back their robot slot (their queued requests dropped)."""
+        """Closed sessions give back their robot slot: their requests are aborted in the
+        engine (queued ones dropped, live ones' KV slots freed now), their text routes
+        dropped, and a session opened later under the same name starts with nothing."""
         for robot, s in list(self._sessions.items()):
             if s.closed:
-                queue = self.engine.queues.get(robot)
-                if queue is not None:
-                    queue.clear()
+                self.engine.forget(robot)
+                for rid in [rid for rid, owner in self._owner.items() if owner is s]:
+                    del self._owner[rid]
+                s.questions.clear()
                 del self._sessions[robot]
                 self._free.append(robot)
                 self._cond.notify_all()
@@ -237,8 +241,8 @@ class SessionHub:
 
     def _fail(self, robot: str, p: _Pending, err: BaseException) -> None:
         """This session's observation gets the traceback (the server sends it and closes the
-        connection 1011); the session is closed here too, so its text is routed nowhere
-        even before the connection goes."""
+        connection 1011); the session is closed here too, so its work is aborted and its text
+        routed nowhere even before the connection goes."""
         if not p.future.done():
             p.future.set_exception(err if isinstance(err, SessionFailed) else SessionFailed.of(err))
         with self._cond:
@@ -339,9 +343,10 @@ class SessionHub:
         now = time.monotonic()
         for s in list(self._sessions.values()):
             for rid, deadline in list(s.questions.items()):
-                if now > deadline:      # its later text goes nowhere; the caller gets the reason
+                if now > deadline:      # its work stops now; the caller gets the reason
                     del s.questions[rid]
                     self._owner.pop(rid, None)
+                    self.engine.abort(rid)
                     with self._cond:
                         s.outbox.append({"request_id": rid, "stream": "answer", "delta": "", "done": True,
                                          "full_text": "", "error": "not answered within its timeout"})
