@@ -23,12 +23,13 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from oxygen_ros.tools.bag_player import BagPlayer
+    from oxygen_ros.tools.security_policy import PLAYER_NODE, tool_node
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node("oxygen_player")
+    node = tool_node(PLAYER_NODE)      # its own parameter events off /parameter_events
     try:
         try:
             player = BagPlayer(node, args.bag, args.rate, args.namespace)

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from oxygen_ros.tools.bag_recorder import BagRecorder, expert_topics
     from oxygen_ros.tools.params_files import params_from_file
+    from oxygen_ros.tools.security_policy import tool_node
     from oxygen_ros.tools.spin import spin_until_stopped
 
     out = args.out or datetime.now().strftime("oxygen_bag_%Y%m%d-%H%M%S")
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)   # our handlers close the bag
-    node = rclpy.create_node(BagRecorder.NODE_NAME, namespace=args.namespace)
+    node = tool_node(BagRecorder.NODE_NAME, namespace=args.namespace)   # never writes the trail it records
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
+    from oxygen_ros.tools.security_policy import SIM_NODE, tool_node
     from oxygen_ros.tools.sim_robot import SimRobot
     from oxygen_ros.tools.spin import spin_until_stopped
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node("oxygen_sim", namespace=args.namespace)
+    node = tool_node(SIM_NODE, namespace=args.namespace)     # its own parameter events off /parameter_events
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     robot = None
