@@ -8,6 +8,11 @@ them, before its language work; the text decoded in a frame reaches a session wi
 next reply. Everything that touches the engine runs on its thread; connections only queue
 observations and wait for their reply.
 
+A fault in one session's own work (its policy I/O, its requests) fails that session alone
+(SessionFailed, the traceback as its message); every frame the engine opens is finished.
+A closed session's requests are aborted in the engine (KV slots freed at once) before its
+robot name serves another session; so is a question past its deadline.
+
 Language, an extension an openpi client ignores: an observation may carry
   "oxygen/narrate": true or a prompt     start a narration from this frame
   "oxygen/remember": true or a prompt    start a memory entry (kept in the session's memory log)
