@@ -18,12 +18,19 @@ from oxygen_ros.serving.wire import pack, unpack
 from test_serve import Client, Server, libero
 
 POISON = 7.0       # a state value that this test's policy I/O fails on
+BAD_PROMPT = 8.0   # a state value for which it hands the engine an observation without a prompt
 
 
 class PolicyIOWithABug(AsGiven):
-    """The as-given policy I/O with a bug that only one robot's state reaches (a KeyError,
-    not the ValueError the policy I/O's own checks raise): stands for a checkpoint's output
-    transform that breaks on one robot's data."""
+    """The as-given policy I/O with bugs that only one robot's state reaches (a KeyError,
+    not the ValueError the policy I/O's own checks raise; an observation whose instruction is
+    None): stands for a checkpoint's transforms that break on one robot's data."""
+
+    def observation(self, images, state, prompt):
+        obs = super().observation(images, state, prompt)
+        if state[0] == BAD_PROMPT:
+            obs.instruction = None
+        return obs
 
     def actions(self, chunk, state):
         if state[0] == POISON:
@@ -76,6 +83,34 @@ def test_one_sessions_policy_io_failure_closes_that_session_only():
         late = Client(s.url)
         assert late.infer(libero(9))["actions"].shape[1] == 7
         late.close()
+    finally:
+        good.close()
+        bad.close()
+        s.close()
+
+
+def test_an_observation_the_engine_fails_on_fails_its_session_only():
+    """An observation that makes the engine raise while building that robot's prefix (not an
+    ObservationError: here an AttributeError from a policy I/O's bad observation) leaves that
+    robot out of the frame, as an unusable observation is: its session gets the reason and a
+    1011 close, the other session of the frame gets its chunk."""
+    s = Server(window_ms=5000.0)
+    s.hub.adapter = PolicyIOWithABug()
+    good, bad = Client(s.url), Client(s.url)
+    try:
+        bad.ws.send(pack(libero(1, **{"observation/state": np.array([BAD_PROMPT] + [0.0] * 7)})))
+        good.ws.send(pack(libero(2)))
+        reply = good.ws.recv(timeout=60)
+        assert not isinstance(reply, str), f"the good session got an error: {reply}"
+        message = bad.ws.recv(timeout=60)
+        assert isinstance(message, str) and "AttributeError" in message, message
+        with pytest.raises(ConnectionClosedError) as closed:
+            bad.ws.recv(timeout=30)
+        assert closed.value.rcvd.code == 1011
+        assert wait_until(lambda: s.hub.frames >= 1)
+        time.sleep(0.2)
+        assert s.hub.frames == 1, "both observations were one frame"
+        assert good.infer(libero(3))["actions"].shape[1] == 7
     finally:
         good.close()
         bad.close()

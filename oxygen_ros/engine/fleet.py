@@ -12,8 +12,9 @@ Per fleet frame, over the robots whose observations are given:
 
 A robot missing from a frame's dict is left out of its prefill and action; its live
 requests keep decoding, its queued ones wait for its next observation (they start from
-its own prefix, never another robot's). A robot whose observation is unusable is left out
-too and named in `faults`; the others' chunks come regardless.
+its own prefix, never another robot's). A robot whose observation is unusable (whatever
+building its prefix raises) is left out too and named in `faults`; the others' chunks
+come regardless.
 
 Fairness: while slots are free, admission goes round by round, one request per waiting
 robot a round, the robot holding the fewest slots first (ties: a turn that rotates every
@@ -195,6 +196,9 @@ class FleetEngine:
                 self.batch.check_length(prefix.shape[1])
             except (ObservationError, ValueError) as e:
                 self.faults[robot] = str(e)       # this robot only: the others go on
+                continue
+            except Exception as e:  # noqa: BLE001 - a bad observation that slipped past the checks
+                self.faults[robot] = f"{type(e).__name__}: {e}"     # is still this robot's alone
                 continue
             robots.append(robot)
             prefixes.append(prefix)
