@@ -124,6 +124,31 @@ else
     log "oxygen_msgs installed in $((SECONDS - start)) s"
 fi
 
+# ---------------------------------------------------------------- 3b. tf2_msgs
+# `oxygen sim` publishes /tf (tf2_msgs/TFMessage); ros-jazzy-tf2-msgs is not on PyPI, so
+# its one message is generated here the same way (third_party/tf2_msgs).
+TF2_SRC="$ROOT/third_party/tf2_msgs"
+TF2_BUILD="$ROOT/build/venv-tf2_msgs"
+tf2_key="$(hash_of "$TF2_SRC"/package.xml "$TF2_SRC"/CMakeLists.txt "$TF2_SRC"/msg/*.msg "$deps_key")"
+if stamp_ok tf2_msgs "$tf2_key" && [ -f "$VENV/lib/python3.11/site-packages/tf2_msgs/__init__.py" ]; then
+    log "tf2_msgs up to date"
+else
+    log "generating tf2_msgs (TFMessage) with rosidl"
+    start=$SECONDS
+    rm -rf "$TF2_BUILD"
+    mkdir -p "$TF2_BUILD"
+    LOG="$TF2_BUILD/setup.log"
+    { env PATH="$VENV/bin:$PATH" VIRTUAL_ENV="$VENV" AMENT_PREFIX_PATH="$VENV" CMAKE_PREFIX_PATH="$VENV" \
+          cmake -G Ninja -S "$TF2_SRC" -B "$TF2_BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
+              -DPython3_EXECUTABLE="$PY" -DCMAKE_INSTALL_PREFIX="$VENV" \
+      && env PATH="$VENV/bin:$PATH" cmake --build "$TF2_BUILD" \
+      && cmake --install "$TF2_BUILD"; } > "$LOG" 2>&1 \
+        || { tail -n 40 "$LOG"; die "generating tf2_msgs failed (log: $LOG)"; }
+    "$PY" -c 'from tf2_msgs.msg import TFMessage' || die "tf2_msgs was installed but does not import"
+    stamp_set tf2_msgs "$tf2_key"
+    log "tf2_msgs installed in $((SECONDS - start)) s"
+fi
+
 # ---------------------------------------------------------------- 4. oxygen_ros
 # Editable install: Python modules come from the working tree. pip skips data_files in
 # editable mode, so link_data_files.py links them (package.xml, ament index marker,

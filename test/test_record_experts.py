@@ -56,7 +56,7 @@ def test_expert_topics_from_the_params_file(tmp_path):
     assert names[-2:] == ["/robot/joint_trajectory/hands", "/base/cmd"]
     assert len(names) == len(set(names))
     assert ros2_bag_command("B", "/robot", experts=expert_topics(params)).endswith(
-        "/diagnostics /parameter_events /robot/joint_trajectory/hands /base/cmd")
+        "/diagnostics /parameter_events /robot/tf /robot/joint_trajectory/hands /base/cmd")
 
 
 def test_record_refuses_an_unknown_model_in_the_params(tmp_path):

@@ -4,7 +4,8 @@ Records the action chunks, narration/memory/answer text, frame timing, /diagnost
 /parameter_events (every accepted parameter change, which `oxygen report` lists)
 (with --cameras also joint states and camera frames, rate-limited and compressed) until Ctrl-C / SIGTERM (or --duration), then closes the bag (metadata.yaml written),
 readable by `ros2 bag info`, rosbags and Foxglove. On a ROS install the same topics:
-    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics /parameter_events
+    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics /parameter_events /tf
+/tf: the sim's ground truth (cube, bowl, gripper), which `oxygen report` scores.
 A multi-expert model's further experts' trajectories too: their topics from --params
 (expert_trajectory_topics, default joint_trajectory/<expert name> of the params' model)
 and each --expert-topic.

@@ -5,7 +5,9 @@ the node's topics. The JSON has chunk intervals (mean, p50, p95, max), the achie
 rate, deadline misses, and per language request the frames and seconds from its start
 to its first token and to done, and tokens/s; `parameter_changes`: every accepted parameter
 change the bag recorded on /parameter_events (time since the bag's start, node, name, old
-value where the bag saw it, new value), printed as "parameter changes: ..." ("none").
+value where the bag saw it, new value), printed as "parameter changes: ..." ("none");
+`task`: the cube's place over time (table, gripper, bowl) and the episode's success,
+scored from the sim's ground truth on /tf (tools/bag_task.py; null without /tf).
 
 `--video FILE.mp4` also renders the bag's scene camera (`oxygen record --cameras`) with
 the narration, memory, answers and action chunks as captions, and a still FILE.png
@@ -28,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from oxygen_ros.tools.bag_summary import bag_dir, format_summary
+    from oxygen_ros.tools.bag_task import format_task
     from oxygen_ros.tools.report import write_report
 
     try:
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else bag.parent / f"{bag.name}_report"
     summary = write_report(bag, out, args.title)
     print(format_summary(summary))
+    print(format_task(summary["task"]))
     print(f"wrote {out / 'summary.json'} and {out / 'timeline.png'}")
     if args.video:
         from oxygen_ros.tools.report_video import VideoError, write_video

@@ -37,6 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="joint state rate (at most --control-hz: they go out from the control update)")
     p.add_argument("--control-hz", type=float, default=100.0,
                    help="trajectory controller update rate (and simulation step)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="place the cube and the bowl by this seed (tools/panda_scene.layout; "
+                        "default: the scene's fixed layout)")
+    p.add_argument("--tf-hz", type=float, default=20.0,
+                   help="rate of the ground truth on /tf (cube, bowl, gripper in world; 0 = off)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
     p.add_argument("--quiet", action="store_true", help="no periodic status lines")
 
@@ -73,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
-                             args.compressed, args.jpeg_quality, args.control_hz)
+                             args.compressed, args.jpeg_quality, args.control_hz,
+                             tf_hz=args.tf_hz, seed=args.seed)
         except (ValueError, RuntimeError) as e:   # wrong joint count, rates, no GL: say why
             print(f"sim: cannot start: {e}", file=sys.stderr, flush=True)
             return 2

@@ -22,8 +22,12 @@ volatile, keep-last 1000), so the report lists who changed what the robot does
 (tools/bag_parameters.py); the bag's custom data names the recorder's own node, whose events
 are not the robot's.
 
+`tf` too (/tf in the root namespace): the sim's ground truth (cube, bowl and gripper poses,
+tools/sim_robot.py), which `oxygen report` scores (tools/bag_task.py). It is the robot's,
+not the node's: a run without the sim has none, and nothing waits for it.
+
 The same topics with `ros2 bag record` (see RECORDED and ros2_bag_command):
-    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics /parameter_events
+    ros2 bag record -s mcap /joint_trajectory /frame_timing /narration /memory /answer /diagnostics /parameter_events /tf
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ class Topic:
 
 
 TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
+TF = "tf2_msgs/msg/TFMessage"
+GROUND_TRUTH = "tf"          # relative: /tf, or <namespace>/tf for a namespaced robot
 RECORDED = [
     Topic("trajectory_topic", "joint_trajectory", TRAJECTORY),
     Topic("frame_timing_topic", "frame_timing", "oxygen_msgs/msg/FrameTiming"),
@@ -54,6 +60,7 @@ RECORDED = [
     Topic("answer_topic", "answer", "oxygen_msgs/msg/TextChunk"),
     Topic("", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray"),
     Topic("", PARAMETER_EVENTS, PARAMETER_EVENT),     # every node's; the summary skips the recorder's own
+    Topic("", GROUND_TRUTH, TF),                       # the sim's, when there is one
 ]
 DEPTH = 1000   # keep-last depth of each subscription: a long stall still loses nothing
 # the bag's custom data keys naming the trajectory topics (tools/bag_summary.py reads them)
@@ -146,7 +153,7 @@ class BagRecorder:
         self.writer = Writer(out, version=9, storage_plugin=plugin)
         self.writer.set_custom_data("recorded_by", "oxygen record (oxygen_ros)")
         recorded = topics(namespace, params, expert_topics)
-        self.output_topics = [name for name, _ in recorded]   # the node's
+        self.output_topics = [name for name, t in recorded if t.msgtype != TF]   # the node's (tf: the sim's)
         self.writer.set_custom_data(TRAJECTORY_KEY, next(n for n, t in recorded if t.key == "trajectory_topic"))
         self.writer.set_custom_data(EXPERT_TRAJECTORIES_KEY, ",".join(
             name for name, t in recorded if t.key == "expert_trajectory_topics"))
@@ -226,7 +233,8 @@ class BagRecorder:
         """Print one line (MATCHED ...) once this recorder's own readers have matched every
         publisher the graph shows, at least one, on each of the node's topics: from then on
         nothing the node publishes misses the bag (DDS matches topic by topic). Not
-        /parameter_events: every node in the graph publishes it, this recorder too."""
+        /parameter_events: every node in the graph publishes it, this recorder too; not
+        /tf: the sim's, not the node's."""
         subs = [s for s in self._subs if s.topic_name in self.output_topics and s.topic_name != PARAMETER_EVENTS]
 
         def check():

@@ -173,7 +173,8 @@ def read_bag(path: str | Path) -> RunData:
         store = typestore_for(wanted)
         topics = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
         main, note = main_trajectory_topic({t: n for t, (ty, n) in topics.items() if ty == TRAJECTORY}, custom)
-        for conn, log_ns, raw in reader.messages(connections=wanted):
+        # rosbags reads every connection for an empty list: a bag of other topics only has none
+        for conn, log_ns, raw in reader.messages(connections=wanted) if wanted else ():
             msg = store.deserialize_cdr(raw, conn.msgtype)
             if conn.msgtype == TRAJECTORY:
                 pts = msg.points

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,13 +43,26 @@ KITCHEN_FINGER_JOINTS = ["robot:panda0_finger_joint1", "robot:panda0_finger_join
 KITCHEN_ACTUATORS = [f"panda0_joint{i}" for i in range(1, 8)] + ["r_gripper_finger_joint",
                                                                  "l_gripper_finger_joint"]
 HAND_BODY = "panda0_link7"                    # carries the hand; its z axis points out of it
+FINGER_BODIES = ("panda0_leftfinger", "panda0_rightfinger")
 TCP_SITE = "end_effector"                     # where the real hand's TCP is, 0.21 m along link 7
 
 TIMESTEP = 0.002                              # 500 Hz physics
 TABLE_TOP = 0.40                              # z of the table top; the arm stands on it
 CUBE_HALF = 0.025
+CUBE_REST_Z = TABLE_TOP + CUBE_HALF           # the cube's centre when it rests on the table
 CUBE_START = (0.50, 0.0)                      # x, y on the table, in front of the arm
 BOWL_CENTER = (0.45, 0.25)
+BOWL_RADIUS = 0.08                            # of the wall boxes' centres
+BOWL_WALL = 0.004                             # half the wall's thickness
+BOWL_INNER_RADIUS = BOWL_RADIUS - BOWL_WALL   # inside the wall, from the bowl's centre
+BOWL_HEIGHT = 0.04                            # the rim, above the bowl's base (the table top)
+# Where a seed puts the cube's and the bowl's centres (world x, y in m; the arm's base is
+# at 0, 0): in front of the arm, inside its comfortable reach with the gripper pointing
+# down, and in every camera's view; the two at least MIN_SEPARATION apart, so the cube
+# never starts in or against the bowl and the fingers clear its wall.
+WORKSPACE_X = (0.35, 0.60)
+WORKSPACE_Y = (-0.25, 0.25)
+MIN_SEPARATION = 0.18
 CAMERAS = {"base": "scene", "left_wrist": "wrist", "right_wrist": "right"}   # view -> camera
 
 
@@ -99,13 +113,39 @@ def _vec(values) -> str:
     return " ".join(f"{v:.4f}" for v in values)
 
 
-def _bowl(center, radius=0.08, height=0.04, n=12) -> str:
+@dataclass(frozen=True)
+class Layout:
+    """Where the cube and the bowl stand: centres (x, y) in the world frame and the
+    cube's turn about z (rad)."""
+    cube_xy: tuple
+    cube_yaw: float
+    bowl_xy: tuple
+
+
+DEFAULT_LAYOUT = Layout(CUBE_START, 0.0, BOWL_CENTER)
+
+
+def layout(seed: int) -> Layout:
+    """The layout a seed gives (the evaluation contract: a seed places the cube and the
+    bowl, nothing else): both uniform in the workspace, MIN_SEPARATION apart (redrawn
+    until they are), the cube turned uniformly in [-pi/4, pi/4) (a square: that is all
+    its turns)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (WORKSPACE_X[0], WORKSPACE_Y[0]), (WORKSPACE_X[1], WORKSPACE_Y[1])
+    while True:
+        cube, bowl = rng.uniform(lo, hi), rng.uniform(lo, hi)
+        yaw = rng.uniform(-np.pi / 4, np.pi / 4)
+        if np.linalg.norm(cube - bowl) >= MIN_SEPARATION:
+            return Layout(tuple(float(v) for v in cube), float(yaw), tuple(float(v) for v in bowl))
+
+
+def _bowl(center, radius=BOWL_RADIUS, height=BOWL_HEIGHT, n=12) -> str:
     """Static geoms of a bowl: a flat bottom and a ring of thin wall boxes."""
     geoms = [f'<geom type="cylinder" size="{radius} 0.004" pos="0 0 0.004" material="bowl"/>']
     wall = np.pi * radius / n * 1.1                    # half length: neighbours overlap a bit
     for k in range(n):
         a = 2 * np.pi * k / n
-        geoms.append(f'<geom type="box" size="0.004 {wall:.4f} {height / 2}" '
+        geoms.append(f'<geom type="box" size="{BOWL_WALL} {wall:.4f} {height / 2}" '
                      f'pos="{radius * np.cos(a):.4f} {radius * np.sin(a):.4f} {height / 2}" '
                      f'euler="0 0 {a:.4f}" material="bowl"/>')
     return (f'<body name="bowl" pos="{center[0]} {center[1]} {TABLE_TOP}">'

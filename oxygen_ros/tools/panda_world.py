@@ -7,6 +7,9 @@
 joint angles in rad, then the finger width in m; see tools/panda_scene.py for the joint
 conventions and the mapping onto the Kitchen model). Commands are position targets for
 the model's position actuators; `step` advances the physics at 500 Hz.
+The sim's ground truth (what `oxygen sim` publishes on /tf, tools/cube_place.py scores):
+`frames()` (the cube's, the bowl's and the gripper's poses), `grasp_contact()`;
+`set_layout()` places the cube and the bowl (panda_scene.layout(seed)).
 
 Rendering is offscreen through EGL (Mesa's CPU renderer works without a display): the
 MUJOCO_GL choice has to be made before mujoco is first imported, so it is made here.
@@ -35,10 +38,11 @@ from oxygen_ros.tools import panda_scene as ps  # noqa: E402
 
 
 class PandaWorld:
-    def __init__(self, names=None, lower=None, upper=None):
+    def __init__(self, names=None, lower=None, upper=None, layout: ps.Layout | None = None):
         """names: 8 labels, in order the 7 arm joints and the finger width (default
         panda_scene.JOINT_NAMES); lower/upper: the limits commands are clipped to, kept
-        inside the real arm's (default: the real arm's)."""
+        inside the real arm's (default: the real arm's); layout: where the cube and the
+        bowl stand (default panda_scene.DEFAULT_LAYOUT; panda_scene.layout(seed))."""
         self.names = list(ps.JOINT_NAMES if names is None else names)
         lower = ps.LOWER if lower is None else np.asarray(lower, dtype=float)
         upper = ps.UPPER if upper is None else np.asarray(upper, dtype=float)
@@ -58,6 +62,17 @@ class PandaWorld:
         self._finger_v = np.array([self.model.joint(n).dofadr[0] for n in ps.KITCHEN_FINGER_JOINTS])
         self._ctrl = np.array([self.model.actuator(n).id for n in ps.KITCHEN_ACTUATORS])
         self._cube = self.model.body("cube").id
+        self._cube_q = self.model.joint("cube").qposadr[0]
+        self._cube_v = self.model.joint("cube").dofadr[0]
+        self._bowl = self.model.body("bowl").id
+        self._tcp = self.model.site(ps.TCP_SITE).id
+        # the fingertips' centre: the mean of the finger pads (each finger's capsules)
+        fingers = {self.model.body(b).id for b in ps.FINGER_BODIES}
+        self._pads = np.array([g for g in range(self.model.ngeom) if self.model.geom_bodyid[g] in fingers
+                               and self.model.geom_type[g] == mujoco.mjtGeom.mjGEOM_CAPSULE])
+        self._finger_geoms = [np.flatnonzero(self.model.geom_bodyid == self.model.body(b).id)
+                              for b in ps.FINGER_BODIES]
+        self._cube_geoms = np.flatnonzero(self.model.geom_bodyid == self._cube)
         self._pending = 0.0                 # simulated time asked for but not stepped yet
 
         # start at rest in the ready pose (gripper down, open), holding it
@@ -65,7 +80,7 @@ class PandaWorld:
         self.data.qpos[self._arm_q] = ps.real_to_kitchen(start[:7])
         self.data.qpos[self._finger_q] = ps.width_to_fingers(start[7])
         self.command(start)
-        mujoco.mj_forward(self.model, self.data)
+        self.set_layout(layout or ps.DEFAULT_LAYOUT)
 
         # what the cameras draw: no collision geoms (group 3), no sites
         self._option = mujoco.MjvOption()
@@ -108,6 +123,43 @@ class PandaWorld:
     def cube_position(self) -> np.ndarray:
         """The cube's centre [x, y, z] in the world frame (m); the table top is at panda_scene.TABLE_TOP."""
         return self.data.xpos[self._cube].copy()
+
+    # -- the task's ground truth ------------------------------------------------------
+    def set_layout(self, layout: ps.Layout) -> None:
+        """Put the cube (at rest on the table, turned by cube_yaw) and the bowl where the
+        layout says."""
+        self.model.body_pos[self._bowl] = (*layout.bowl_xy, ps.TABLE_TOP)   # a static body: moved in the model
+        half = layout.cube_yaw / 2
+        self.data.qpos[self._cube_q:self._cube_q + 7] = (*layout.cube_xy, ps.CUBE_REST_Z,
+                                                         np.cos(half), 0.0, 0.0, np.sin(half))
+        self.data.qvel[self._cube_v:self._cube_v + 6] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+        self.layout = layout
+
+    def gripper_position(self) -> np.ndarray:
+        """The fingertips' centre [x, y, z] (world frame, m)."""
+        return self.data.geom_xpos[self._pads].mean(axis=0)
+
+    def frames(self) -> dict:
+        """{"cube", "bowl", "gripper": (position [3], quaternion [w, x, y, z])} in the world
+        frame: the cube's centre, the bowl's centre on the table top, the fingertips'
+        centre turned as the TCP (its z axis the approach direction)."""
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, self.data.site_xmat[self._tcp])
+        return {"cube": (self.data.xpos[self._cube].copy(), self.data.xquat[self._cube].copy()),
+                "bowl": (self.data.xpos[self._bowl].copy(), self.data.xquat[self._bowl].copy()),
+                "gripper": (self.gripper_position(), quat)}
+
+    def grasp_contact(self) -> bool:
+        """Whether the cube touches both fingers (a grasp)."""
+        touching = [False, False]
+        for c in self.data.contact[:self.data.ncon]:
+            pair = (c.geom1, c.geom2)
+            other = pair[1] if pair[0] in self._cube_geoms else pair[0] if pair[1] in self._cube_geoms else None
+            if other is not None:
+                for i, geoms in enumerate(self._finger_geoms):
+                    touching[i] |= bool(other in geoms)
+        return all(touching)
 
     # -- rendering -----------------------------------------------------------------------
     def snapshot(self) -> np.ndarray:

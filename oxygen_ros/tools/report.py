@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .bag_task import task_summary
 from .bag_summary import (TIMING_PHASES, FrameLookup, RunData, arm_track, boundary_jumps, read_bag,
                           request_timeline, summarize, time_origin)
 
@@ -187,9 +188,14 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
 
 
 def write_report(bag, out, title: str = "") -> dict:
-    """Read the bag, write out/summary.json and out/timeline.png; returns the summary."""
+    """Read the bag, write out/summary.json and out/timeline.png; returns the summary
+    (its "task": bag_task.task_summary, None without /tf)."""
     data = read_bag(bag)
     summary = summarize(data)
+    # the cube's place over time and success (the sim's /tf), on the report's time axis
+    # when the bag has the node's messages, else from the first ground truth
+    has_run = bool(data.frames or data.chunks or data.requests)
+    summary["task"] = task_summary(bag, time_origin(data) if has_run else None)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

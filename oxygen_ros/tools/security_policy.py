@@ -272,13 +272,14 @@ def policy_xml(nodes: list[NodeInterfaces]) -> str:
         _tool(operator, "/", f"{REQUESTER_PREFIX}{package}_{name}", subscribe=operator_reads if i == 0 else (),
               request=services, events=PARAMETER_EVENTS)
     # oxygen record: outputs, the audit trail and (--cameras) the inputs; never writes the trail
-    from .bag_recorder import BagRecorder
+    from .bag_recorder import GROUND_TRUTH, BagRecorder, resolve
 
     recorder = _enclave(enclaves, RECORDER_ENCLAVE)
     for n in nodes:
         inputs = [t for r in n.robots for t in r.inputs]
+        truth = [resolve(GROUND_TRUTH, r.namespace) for r in n.robots]     # the sim's /tf
         _tool(recorder, n.namespace, BagRecorder.NODE_NAME,
-              subscribe=[*outputs, *inputs, "/diagnostics", PARAMETER_EVENTS])
+              subscribe=[*outputs, *inputs, *truth, "/diagnostics", PARAMETER_EVENTS])
     robots = [r for n in nodes for r in n.robots]
     for r in robots:
         fleet = len(robots) > 1 or r.namespace != nodes[0].namespace
@@ -286,7 +287,8 @@ def policy_xml(nodes: list[NodeInterfaces]) -> str:
         drivers = _enclave(enclaves, path)
         _profile(drivers, r.namespace, "robot_drivers", publish=[*r.inputs, "/rosout"], subscribe=r.trajectories)
         # oxygen sim (in the robot's namespace) and oxygen play (--namespace prefixes the bag's topics)
-        _tool(drivers, r.namespace, SIM_NODE, publish=r.inputs, subscribe=r.trajectories)
+        _tool(drivers, r.namespace, SIM_NODE, publish=[*r.inputs, resolve(GROUND_TRUTH, r.namespace)],
+              subscribe=r.trajectories)
         _tool(drivers, "/", PLAYER_NODE, publish=r.inputs)
     ET.indent(policy)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(policy, encoding="unicode") + "\n"

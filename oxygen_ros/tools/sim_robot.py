@@ -18,6 +18,13 @@ so the loop through oxygen_node is closed. `executor.jumps` records every chunk
 boundary; `summary()` sums them up. The topic names, joint names and limits are the node's
 (from its params file): 8 of them, the Panda's 7 arm joints and its finger width. `world`
 replaces the Panda (a test passes a fast fake); close() closes it (its renderers).
+
+The sim's ground truth goes out on `tf` (/tf in the root namespace; tf2_msgs/TFMessage,
+reliable, as tf2 publishes it) at `tf_hz`, from the control update, stamped with the time
+the physics was stepped to (the sim's clock): parent `world`, children `cube`, `bowl` and
+`gripper` (the fingertips' centre), metres (the issue 41 contract; tools/cube_place.py
+scores it). `seed` places the cube and the bowl (panda_scene.layout); None keeps the
+scene's default layout. A world without `frames()` (a test fake) publishes no /tf.
 """
 from __future__ import annotations
 
@@ -30,21 +37,24 @@ VIEW_OF_SLOT = ("base", "left_wrist", "right_wrist")   # camera_topics order = t
 PANDA_JOINTS = "panda_joint1..panda_joint7, panda_finger_width"
 
 
-def panda_world(params: dict):
-    """The MuJoCo Panda for the params' joints, or a ValueError that says what it takes."""
+def panda_world(params: dict, seed: int | None = None):
+    """The MuJoCo Panda for the params' joints (cube and bowl placed by `seed`, if given),
+    or a ValueError that says what it takes."""
     names = list(params["joint_names"])
     if len(names) != 8:
         raise ValueError(f"the simulated Panda has 8 joints ({PANDA_JOINTS}, in that order); "
                          f"got {len(names)} joint names: {names}")
+    from . import panda_scene
     from .panda_world import PandaWorld     # imports mujoco: only when the Panda is used
 
-    return PandaWorld(names, params["joint_lower_limits"], params["joint_upper_limits"])
+    return PandaWorld(names, params["joint_lower_limits"], params["joint_upper_limits"],
+                      None if seed is None else panda_scene.layout(seed))
 
 
 class SimRobot:
     def __init__(self, node, params: dict, image_size: int = 160, camera_hz=15.0,
                  joint_hz: float = 100.0, compressed: str = "", jpeg_quality: int = 90,
-                 control_hz: float = 100.0, world=None):
+                 control_hz: float = 100.0, world=None, tf_hz: float = 20.0, seed: int | None = None):
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
@@ -52,7 +62,7 @@ class SimRobot:
         from ..node.cameras import compressed_topic, transport_of
 
         self.node = node
-        self.world = world if world is not None else panda_world(params)
+        self.world = world if world is not None else panda_world(params, seed)
         self.executor = TrajectoryExecutor(self.world.names, self.world.q)
         self.size = image_size
         self._JointState = JointState
@@ -85,6 +95,14 @@ class SimRobot:
         self._joint_period = 1.0 / joint_hz
         self._next_joint = self._last
         self._joint_slack = 0.5 / control_hz        # a tick a little early still counts
+        self.tf_pub = None
+        if hasattr(self.world, "frames") and tf_hz > 0:
+            from tf2_msgs.msg import TFMessage
+
+            # tf2's own /tf QoS: reliable, volatile, keep last 100
+            self.tf_pub = node.create_publisher(TFMessage, "tf", 100)
+            self._TFMessage = TFMessage
+            self._tf_period, self._next_tf = 1.0 / tf_hz, self._last
         # joint states go out from the control update (so at most control_hz): one callback
         # less per tick matters when renders of ~20 ms share the executor
         self._lock = threading.Lock()           # the physics: stepped by the executor, read by the cameras
@@ -121,6 +139,26 @@ class SimRobot:
         if now >= self._next_joint - self._joint_slack:     # due (a late tick does not burst)
             self._next_joint = max(self._next_joint + self._joint_period, now)
             self._publish_joints()
+        if self.tf_pub is not None and now >= self._next_tf - self._joint_slack:
+            self._next_tf = max(self._next_tf + self._tf_period, now)
+            self._publish_tf(now)
+
+    def _publish_tf(self, now: float) -> None:
+        """The cube's, the bowl's and the gripper's poses in `world`, stamped `now` (the
+        time the physics was just stepped to)."""
+        from geometry_msgs.msg import TransformStamped
+        from rclpy.time import Time
+
+        stamp = Time(nanoseconds=int(round(now * 1e9))).to_msg()
+        transforms = []
+        for child, (pos, quat) in self.world.frames().items():
+            t = TransformStamped()
+            t.header.stamp, t.header.frame_id, t.child_frame_id = stamp, "world", child
+            t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = map(float, pos)
+            r = t.transform.rotation
+            r.w, r.x, r.y, r.z = map(float, quat)
+            transforms.append(t)
+        self.tf_pub.publish(self._TFMessage(transforms=transforms))
 
     def _publish_joints(self) -> None:
         msg = self._JointState(name=self.world.names, position=self.world.q.tolist(),
