@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Record the scripted expert's demonstrations for training (issue 41), one shard per episode.
+
+    nice -n 19 .venv/bin/python scripts/record_demos.py --seeds 1000-1299 --out out/demos
+
+Each seed places the cube and the bowl (panda_scene.layout); the expert
+(tools/scripted_expert.py) runs one episode through the simulated joint_trajectory_controller,
+and every frame (one per action, ACTION_RATE_HZ) is written as the node would see it: the
+three cameras rendered the way `oxygen sim` renders them for the node (PandaWorld.render of
+a physics snapshot, SIZE x SIZE rgb8, default the demo's 128), the joint states, the chunk
+commanded from that frame, and the sim's ground truth. Training seeds are 1000-1999
+(docs/training.md); 900000 and up are held out for evaluation and refused here.
+
+A shard out/demos/episode_<seed>.npz (np.savez_compressed) holds, for T frames:
+  image_base, image_left_wrist, image_right_wrist  uint8 [T, S, S, 3]
+  time_s          float64 [T]      frame t's observation time (sim clock, s from the start)
+  joint_position  float32 [T, 8]   measured: 7 Panda joint angles (rad), finger width (m)
+  joint_velocity  float32 [T, 8]
+  action_chunk    float32 [T, H, 8] targets commanded from frame t: point i due at time_s + i / action_rate_hz
+  cube_pose, bowl_pose, gripper_pose  float32 [T, 7]  world frame: x, y, z (m), qw, qx, qy, qz
+  grasp_contact   bool [T]          the cube touches both fingers
+  phase           int8 [T]          index into phase_names (the expert's phase of the task)
+  place           int8 [T]          index into place_names (tools/cube_place.py: table, gripper, bowl)
+  seed, success, action_rate_hz, image_size, phase_names, place_names, joint_names, format_version
+Seeds already recorded are skipped, so a stopped run resumes.
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+HELD_OUT_FROM = 900000        # the evaluation contract: these seeds never go into training data
+VIEWS = ("base", "left_wrist", "right_wrist")     # the node's camera slots, in order
+
+
+def seed_range(text: str) -> list[int]:
+    a, _, b = text.partition("-")
+    return list(range(int(a), int(b or a) + 1))
+
+
+def record_episode(world, seed: int, size: int) -> tuple[dict, bool]:
+    """One episode's arrays (the shard's keys) and its success."""
+    from oxygen_ros.tools import cube_place, scripted_expert as se
+
+    rows = {k: [] for k in ("time_s", "joint_position", "joint_velocity", "action_chunk", "cube_pose",
+                            "bowl_pose", "gripper_pose", "grasp_contact", "phase", "place")}
+    images = {v: [] for v in VIEWS}
+
+    def on_frame(step, t, chunk, phase):
+        state = world.snapshot()              # what the sim's camera thread renders
+        for v in VIEWS:
+            images[v].append(world.render(v, size, state))
+        f = world.frames()
+        rows["time_s"].append(t)
+        rows["joint_position"].append(world.q)
+        rows["joint_velocity"].append(world.velocities())
+        rows["action_chunk"].append(chunk)
+        for name in ("cube", "bowl", "gripper"):
+            rows[f"{name}_pose"].append(np.concatenate(f[name]))
+        rows["grasp_contact"].append(world.grasp_contact())
+        rows["phase"].append(se.PHASE_NAMES.index(phase))
+        rows["place"].append(cube_place.PLACES.index(cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0])))
+
+    ep = se.rollout(world, seed, on_frame=on_frame)
+    out = {f"image_{v}": np.stack(images[v]).astype(np.uint8) for v in VIEWS}
+    dtypes = {"time_s": np.float64, "grasp_contact": bool, "phase": np.int8, "place": np.int8}
+    out.update({k: np.asarray(v, dtype=dtypes.get(k, np.float32)) for k, v in rows.items()})
+    return out, ep.success
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=seed_range, default=seed_range("1000-1999"),
+                    help="A-B inclusive (training seeds: 1000-1999)")
+    ap.add_argument("--out", default="out/demos", help="folder of the shards (git-ignored under out/)")
+    ap.add_argument("--image-size", type=int, default=128, help="camera images S x S (the demo's: 128)")
+    ap.add_argument("--keep-failures", action="store_true",
+                    help="also write episodes the expert failed (success=False in the shard)")
+    args = ap.parse_args()
+    if any(s >= HELD_OUT_FROM for s in args.seeds):
+        print(f"record_demos: seeds from {HELD_OUT_FROM} up are held out for evaluation", file=sys.stderr)
+        return 2
+
+    from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
+    from oxygen_ros.tools.panda_world import PandaWorld
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in args.seeds if not (out / f"episode_{s}.npz").exists()]
+    print(f"record_demos: {len(todo)} of {len(args.seeds)} seeds to record into {out} "
+          f"({args.image_size}x{args.image_size}, {se.ACTION_RATE_HZ:g} Hz)", flush=True)
+    start, done, failed = time.monotonic(), 0, 0
+    for seed in todo:
+        t0 = time.monotonic()
+        with PandaWorld() as world:          # fresh physics; its renderers closed at the end
+            arrays, success = record_episode(world, seed, args.image_size)
+        done += 1
+        if not success:
+            failed += 1
+            if not args.keep_failures:
+                print(f"seed {seed}: the expert failed; not written", flush=True)
+                continue
+        meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(se.ACTION_RATE_HZ),
+                "image_size": np.int64(args.image_size), "phase_names": np.array(se.PHASE_NAMES),
+                "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
+                "format_version": np.int64(FORMAT_VERSION)}
+        tmp = out / f".episode_{seed}.tmp.npz"
+        np.savez_compressed(tmp, **arrays, **meta)
+        tmp.rename(out / f"episode_{seed}.npz")      # whole shards only: a stopped run leaves none half-written
+        elapsed = time.monotonic() - start
+        size_mb = sum(f.stat().st_size for f in out.glob("episode_*.npz")) / 1e6
+        print(f"seed {seed}: {len(arrays['time_s'])} frames, success {success}, {time.monotonic() - t0:.1f} s; "
+              f"{done}/{len(todo)} in {elapsed / 60:.1f} min ({done / elapsed * 60:.2f} episodes/min), "
+              f"{failed} failed, {size_mb:.0f} MB on disk", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
