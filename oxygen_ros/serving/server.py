@@ -114,6 +114,9 @@ class OpenpiServer:
                 self.log(f"refused a connection from {connection.remote_address}: wrong or missing API key")
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong or missing API key\n")
         try:   # the session is taken before the websocket opens, so "full" is an HTTP answer
+            if self.hub.sessions >= self.hub.max_sessions:      # every one open: no thread hop to say so
+                raise ServerFull(f"the server serves at most {self.hub.max_sessions} sessions at once "
+                                 "(--max-sessions)")
             session = await asyncio.to_thread(self.hub.open, self.inputs)
         except ServerFull as e:
             self.log(f"refused a connection from {connection.remote_address}: {e}")
