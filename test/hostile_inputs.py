@@ -32,6 +32,17 @@ def nested(depth: int, kind: str) -> bytes:
     return head * depth + b"\xc0"
 
 
+def many_small(count: int, fanout: int) -> bytes:
+    """`count` empty arrays, as one array (fanout 0) or a tree of arrays of `fanout` (a
+    decoding bomb: one byte each on the wire, a Python list each when decoded)."""
+    if not fanout:
+        return b"\xdd" + count.to_bytes(4, "big") + b"\x90" * count
+    level, n = b"\x90", 1
+    while n * fanout <= count:
+        level, n = b"\xdc" + fanout.to_bytes(2, "big") + level * fanout, n * fanout
+    return level
+
+
 def giant_array(shape: list, dtype: str, data: bytes) -> bytes:
     return msgpack.packb({b"__ndarray__": True, b"data": data, b"dtype": dtype, b"shape": shape})
 
@@ -45,6 +56,8 @@ HOSTILE_WIRE = st.one_of(
     st.tuples(st.lists(st.integers(0, 2**62), min_size=1, max_size=4), st.sampled_from(["<f4", "|u1", "<f8", "|O",
                                                                                        "<c8", "V8", "x"]),
               st.binary(max_size=64)).map(lambda t: ("giant", giant_array(*t))),
+    st.tuples(st.integers(1, 300_000), st.sampled_from([0, 16, 64])).map(
+        lambda t: ("many", many_small(*t))),
     # a bin 32 / str 32 / array 32 header declaring 4 GiB with a few bytes behind it
     st.sampled_from([b"\xc6\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff", b"\xdd\xff\xff\xff\xff",
                      b"\xdf\xff\xff\xff\xff"]).map(lambda h: ("declared", h + b"\x00" * 16)),
