@@ -127,6 +127,26 @@ def test_a_connection_beyond_the_sessions_gets_http_503_before_it_opens():
         s.close()
 
 
+def test_a_handshake_that_fails_after_its_session_was_taken_gives_it_back():
+    """The session is taken in process_request; a request that is then no websocket (plain
+    HTTP: 426) never reaches the handler, and its connection's end releases the session."""
+    import urllib.error
+    import urllib.request
+
+    s = Server(max_sessions=1)
+    try:
+        port = s.url.rsplit(":", 1)[1]
+        for _ in range(3):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+            assert refused.value.code in (426, 503)     # 503: the last one's slot not reaped yet
+        good = _connect_when_free(s.url)
+        assert good.infer(libero(0))["actions"].shape[1] == 7
+        good.close()
+    finally:
+        s.close()
+
+
 def test_an_idle_session_is_closed_and_its_slot_serves_the_next():
     s = Server(max_sessions=1, idle_timeout=1.0)
     try:
