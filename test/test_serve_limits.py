@@ -140,6 +140,7 @@ def test_a_handshake_that_fails_after_its_session_was_taken_gives_it_back():
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
             assert refused.value.code in (426, 503)     # 503: the last one's slot not reaped yet
+            refused.value.close()
         good = _connect_when_free(s.url)
         assert good.infer(libero(0))["actions"].shape[1] == 7
         good.close()

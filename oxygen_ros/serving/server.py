@@ -124,6 +124,11 @@ class OpenpiServer:
         self._reserved[connection] = session
         return None
 
+    def _check_response(self, connection, request, response):
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS:
+            self._release(connection)      # no websocket after all (401, 426 ...): its session back now
+        return None
+
     def _release(self, connection) -> None:
         """A session reserved for a handshake whose connection went before its handler ran."""
         session = self._reserved.pop(connection, None)
@@ -199,6 +204,7 @@ class OpenpiServer:
             self.log(warning)
         try:
             async with serve(self._session, host, port, process_request=self._check_request,
+                             process_response=self._check_response,
                              max_size=self.max_message_bytes, max_queue=MAX_QUEUE, compression=None,
                              create_connection=self._connection_class()) as server:
                 bound = server.sockets[0].getsockname()[1]
