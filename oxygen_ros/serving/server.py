@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import hmac
 import ipaddress
+import math
 import time
 from http import HTTPStatus
 
@@ -37,6 +38,7 @@ from .wire import WireError, pack, unpack
 ERROR_CLOSE_REASON = "Internal server error. Traceback included in previous frame."
 MAX_QUEUE = 2                    # messages received ahead of the one being handled
 IDLE_CLOSE_CODE = 1000
+REFUSAL_LOG_S = 5.0
 _STREAM_ORDER = [*STREAM_KEYS, "answer"]
 
 
@@ -81,6 +83,7 @@ class OpenpiServer:
         self.open_connections: set[ServerConnection] = set()
         self.connections = 0          # TCP connections now, handshakes included
         self.dropped = 0              # connections dropped over max_connections
+        self._refusal_log: dict[str, tuple[float, int]] = {}   # kind -> (last logged, not logged since)
 
     # -- before the websocket opens ----------------------------------------------------------
     def _connection_class(self):
@@ -95,9 +98,12 @@ class OpenpiServer:
                 server.connections += 1
                 if server.connections > server.max_connections:
                     server.dropped += 1
+                    server._refused("dropped", f"dropped a connection over --max-connections "
+                                               f"({server.max_connections})")
                     transport.abort()
 
             def connection_lost(self, exc):
+                self.lost = True
                 server.open_connections.discard(self)
                 server.connections -= 1
                 server._release(self)       # a session reserved for a handshake that failed
@@ -111,7 +117,8 @@ class OpenpiServer:
         if self.api_key:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Api-Key {self.api_key}".encode()):
-                self.log(f"refused a connection from {connection.remote_address}: wrong or missing API key")
+                self._refused("401", f"refused a connection from {connection.remote_address}: "
+                                     "wrong or missing API key")
                 return connection.respond(HTTPStatus.UNAUTHORIZED, "wrong or missing API key\n")
         try:   # the session is taken before the websocket opens, so "full" is an HTTP answer
             if self.hub.sessions >= self.hub.max_sessions:      # every one open: no thread hop to say so
@@ -119,10 +126,22 @@ class OpenpiServer:
                                  "(--max-sessions)")
             session = await asyncio.to_thread(self.hub.open, self.inputs)
         except ServerFull as e:
-            self.log(f"refused a connection from {connection.remote_address}: {e}")
+            self._refused("503", f"refused a connection from {connection.remote_address}: {e}")
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"{e}\n")
+        if getattr(connection, "lost", False):     # it went while the session was being opened
+            self.hub.close(session)
+            return None
         self._reserved[connection] = session
         return None
+
+    def _refused(self, kind: str, line: str) -> None:
+        """Log a refusal, at most one line of a kind every REFUSAL_LOG_S (a flood stays out of the log)."""
+        now, (last, skipped) = time.monotonic(), self._refusal_log.get(kind, (-math.inf, 0))
+        if now - last < REFUSAL_LOG_S:
+            self._refusal_log[kind] = (last, skipped + 1)
+            return
+        self._refusal_log[kind] = (now, 0)
+        self.log(line + (f" (and {skipped} more since the last such line)" if skipped else ""))
 
     def _check_response(self, connection, request, response):
         if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS:
