@@ -14,7 +14,7 @@ from oxygen_ros.node.input_monitor import InputMonitor
 from oxygen_ros.engine.policy_io import LimitsIO
 from oxygen_ros.node.joint_space import JointSpace
 from oxygen_ros.engine.memory_log import MemoryLog, PromptTooLong
-from oxygen_ros.node.questions import QuestionBoard, QuestionRejected
+from oxygen_ros.engine.questions import QuestionBoard, QuestionRejected
 from oxygen_ros.engine.camera_view import CameraView
 from oxygen_ros.node.cameras import Camera, compressed_topic, per_camera, transport_of
 from oxygen_ros.node.convert import (InputError, check_compressed, compressed_format, compressed_to_rgb,

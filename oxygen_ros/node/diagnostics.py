@@ -116,15 +116,7 @@ def _robot(node: OxygenNode, serving, rt) -> DiagnosticArray:
         "queued_requests": rt.stats.last.get("queued_requests", 0),
         "kv_bytes_in_use": rt.stats.last.get("kv_bytes_in_use", 0),
         "kv_bytes_total": engine.pool.bytes_total,
-        "questions_in_flight": rt.board.in_flight(),
-        "questions_answered": rt.board.answered,
-        "questions_failed": rt.board.failed,
-        "questions_waiting": len(rt.board.waiting_tokens()),
-        "questions_refused_deadline": rt.answers.refused,
-        "question_estimate_s": rt.answers.last.seconds if rt.answers.last else 0.0,
-        "memory_entries": len(rt.memory),
-        "narrations_skipped": rt.skipped_requests["narration"],
-        "memory_requests_skipped": rt.skipped_requests["memory"],
+        **rt.language.figures(),
         "clock_jumps": rt.monitor.clock_jumps,
     }
     robot_time = rt.robot_time.diagnostics()

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..engine.policy_io import PolicyIOError
-from ..engine.requests import LanguageRequest, RequestRejected
 from . import params as node_params
 from .frame_publisher import FramePublisher
 from .logs import LOG_THROTTLE_S
@@ -75,7 +74,7 @@ class FrameLoop:
                     throttle_duration_sec=LOG_THROTTLE_S)
             for rt in robots:
                 if rt.name not in ran:
-                    rt.answers.no_frame()
+                    rt.language.answers.no_frame()
             if clock is None:
                 if not ran:
                     self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
@@ -220,8 +219,8 @@ class FrameLoop:
             self._log(rt, "observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
                                                throttle_duration_sec=LOG_THROTTLE_S)
             return None
-        self._submit_requests(rt, live)
-        rt.answers.frame_started(rt.engine.backlog())     # what a question asked now would wait behind
+        for stream, e in rt.language.begin_frame(live):    # questions, due streams, the estimate
+            self._log(rt, stream).warning(f"{stream} request skipped: {e}", throttle_duration_sec=LOG_THROTTLE_S)
         obs_stamp_ns = snap.stamp_ns or now.nanoseconds       # unstamped inputs: the tick's time
         guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
         if note:
@@ -229,27 +228,3 @@ class FrameLoop:
         # each further expert continues its own previous chunk (notes: the first expert's say it)
         expert_guides = {e.name: e.rtc.guide(obs_stamp_ns / 1e9, state)[0] for e in rt.experts}
         return RobotFrame(obs, state, obs_stamp_ns, live, guide, expert_guides)
-
-    def _submit_requests(self, rt: Runtime, live: dict) -> None:
-        """Hand waiting questions, then due narration and memory requests, to the engine."""
-        engine = rt.engine
-        cap = engine.config.max_new_tokens
-        for q in rt.board.take():          # questions first: they have a caller waiting
-            try:
-                rt.board.submitted(q, engine.submit(LanguageRequest(q.prompt, "answer", q.max_new_tokens)))
-            except RequestRejected as e:
-                rt.board.fail(q, f"the engine rejected the question: {e}")
-        for stream in ("narration", "memory"):
-            every = live[f"{stream}_every_n_frames"]
-            if not every or engine.frame_index % every:
-                continue
-            if rt.stream_live[stream] is not None:   # the previous one is still decoding
-                rt.skipped_requests[stream] += 1
-                continue
-            req = LanguageRequest(live[f"{stream}_prompt"], stream, min(live[f"{stream}_max_tokens"], cap))
-            try:
-                rt.stream_live[stream] = engine.submit(req)
-            except RequestRejected as e:
-                rt.skipped_requests[stream] += 1
-                self._log(rt, stream).warning(f"{stream} request skipped: {e}",
-                                              throttle_duration_sec=LOG_THROTTLE_S)

@@ -111,15 +111,11 @@ class FramePublisher:
 
     def _finished(self, d) -> None:
         rt = self._rt
-        if rt.stream_live.get(d.stream) == d.request_id:
-            rt.stream_live[d.stream] = None     # first: the stream may start its next request
+        full = rt.language.finished(d)      # first: the stream may start its next request
         if d.error:
             self._node.log_for(d.stream, rt.name).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
-                                                 throttle_duration_sec=LOG_THROTTLE_S)
-        if d.stream == "memory" and not d.error:
-            if rt.memory.add(d.full_text):
-                self._node.log_for("memory", rt.name).info(
-                    f"memory log full: the latest {rt.p['memory_log_size']} entries are kept (memory_log_size), "
-                    "older ones are dropped", once=True)
-        elif d.stream == "answer":
-            rt.board.finish(d.request_id, d.full_text, d.error)   # wakes the waiting caller
+                                                          throttle_duration_sec=LOG_THROTTLE_S)
+        if full:
+            self._node.log_for("memory", rt.name).info(
+                f"memory log full: the latest {rt.p['memory_log_size']} entries are kept (memory_log_size), "
+                "older ones are dropped", once=True)

@@ -31,7 +31,7 @@ the rest, by concern:
   frame_loop.py        the inference thread: one frame per tick, requests submitted
   frame_publisher.py   a frame's action chunks, FrameTiming and text
   sensor_inputs.py     the camera and joint-state callbacks
-  question_service.py  the ask_progress handler (questions.py: its board)
+  question_service.py  the ask_progress handler (its robot's engine/robot_language.py)
   diagnostics.py       /diagnostics on its timer
 """
 from __future__ import annotations
@@ -75,11 +75,9 @@ from .input_monitor import InputMonitor
 from .joint_space import JointSpace
 from .logs import ChildLoggers
 from ..fast_exit import exit_now
-from .answer_estimate import AnswerEstimator
 from .loop_stats import LoopStats
-from ..engine.memory_log import MemoryLog
+from ..engine.robot_language import RobotLanguage
 from .topic_names import robot_topic
-from .questions import QuestionBoard
 from .robot_time import RobotTime, check_rtc_mode, warm_up_rtc
 from .sensor_inputs import SensorInputs
 
@@ -103,13 +101,9 @@ class Runtime:
     monitor: InputMonitor
     stats: LoopStats
     robot_time: RobotTime              # action rate, chunk stamping, RTC, rate check
-    memory: MemoryLog
-    board: QuestionBoard
-    answers: AnswerEstimator           # when a new question's answer would be complete
+    language: RobotLanguage            # streams, memory log, questions and their estimate
     pubs: dict = field(default_factory=dict)
     subs: list = field(default_factory=list)
-    stream_live: dict = field(default_factory=lambda: {"narration": None, "memory": None})
-    skipped_requests: dict = field(default_factory=lambda: {"narration": 0, "memory": 0})
     clipped_points: int = 0            # published chunk points clipped into the joint limits
     experts: list = field(default_factory=list)   # node/expert_outputs.ExpertOutput per further expert
 
@@ -342,9 +336,10 @@ class OxygenNode(LifecycleNode):
                      period_s=period_s, cameras=cameras, joint_input=joint_input,
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                           p["input_problem_hold_s"]),
-                     stats=LoopStats(), robot_time=robot_time, memory=MemoryLog(p["memory_log_size"]),
-                     board=QuestionBoard(self.get_parameter("max_concurrent_questions").value),
-                     answers=AnswerEstimator(period_s))
+                     stats=LoopStats(), robot_time=robot_time,
+                     language=RobotLanguage(engine, lambda s: len(tok.encode(s)), cfg.max_prompt_tokens,
+                                            p["memory_log_size"],
+                                            self.get_parameter("max_concurrent_questions").value, period_s))
         self._serving.robots[robot] = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
         rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config, joints)
@@ -402,7 +397,7 @@ class OxygenNode(LifecycleNode):
         self._state = "inactive"
         self._stop_loop()
         for rt in self._serving.robots.values():
-            rt.board.fail_all("the node was deactivated before the answer was complete")
+            rt.language.fail_questions("the node was deactivated before the answer was complete")
         self.get_logger().info("inactive: control loop stopped")
         return super().on_deactivate(state)  # disables the lifecycle publishers
 
@@ -431,7 +426,7 @@ class OxygenNode(LifecycleNode):
         stopped = self._stop_loop(join_s)
         serving = self._serving
         for rt in serving.robots.values() if serving else ():
-            rt.board.fail_all("the node is shutting down")
+            rt.language.fail_questions("the node is shutting down")
         if stopped:
             self._release()
         return stopped

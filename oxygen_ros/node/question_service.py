@@ -1,7 +1,8 @@
 """The ask_progress service handler: a question becomes an answer request, and its caller waits.
 
 Each waiting caller holds an executor thread (a reentrant group), never the control loop:
-the question reaches the engine through the QuestionBoard (questions.py), drained each frame.
+the question reaches the engine through its robot's language (engine/robot_language.py:
+the board the frame drains, the memory log, the estimate).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import params as node_params
 from ..engine.memory_log import PromptTooLong, question_problem
-from .questions import QuestionRejected
+from ..engine.questions import QuestionRejected
 
 if TYPE_CHECKING:
     from .oxygen_node import OxygenNode
@@ -29,7 +30,7 @@ def _stalled(rt) -> str:
 def _frames_needed_s(rt, tokens: int) -> float:
     """Seconds of frames an answer of `tokens` needs behind the backlog, counted from now
     (frames stopped: the estimate's clock must not run from the last frame's start)."""
-    e = rt.answers.estimate(tokens, [], "")
+    e = rt.language.answers.estimate(tokens, [], "")
     return e.frames * e.interval_s
 
 
@@ -58,18 +59,17 @@ def ask_progress(node: OxygenNode, robot: str, request, response):
     timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
     tokens = min(p["answer_max_tokens"], rt.engine.config.max_new_tokens)
     # queued only while the answer can be complete before the caller's deadline
-    estimate = rt.answers.estimate(tokens, rt.board.waiting_tokens(), _stalled(rt))
+    language = rt.language
+    estimate = language.estimate(tokens, _stalled(rt))
     if estimate.seconds > timeout:
-        rt.answers.note_refused()
+        language.answers.note_refused()
         return reply(error=f"cannot answer within {timeout:g} s: {estimate.describe()}")
     try:
-        prompt = rt.memory.answer_prompt(p["answer_prompt"], question,
-                                         lambda s: len(rt.tok.encode(s)), limit)
-        q = rt.board.open(prompt, tokens)
+        q = language.ask(p["answer_prompt"], question, tokens)
     except (PromptTooLong, QuestionRejected) as e:
         return reply(error=str(e))
     if node.lifecycle_state != "active":          # deactivated meanwhile: nobody would answer
-        rt.board.fail(q, f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
+        language.board.fail(q, f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
     deadline = t0 + timeout
     while not q.event.wait(min(STALL_CHECK_S, max(0.0, deadline - time.monotonic()))):
         left = deadline - time.monotonic()
@@ -79,12 +79,12 @@ def ask_progress(node: OxygenNode, robot: str, request, response):
         if left > 0 and not (stalled and _frames_needed_s(rt, tokens) > left):
             continue
         # still on the board: never handed to the engine; else the engine keeps decoding it
-        where = ("it was not started" if rt.board.withdraw(q)
+        where = ("it was not started" if language.board.withdraw(q)
                  else f"request {q.request_id} keeps streaming on the answer topic")
         if left > 0:
             return reply(error=f"cannot answer within {timeout:g} s any more: no frame is running ({stalled}); "
                                f"{left:.1f} s left ({where}); at admission: {estimate.describe()}")
-        now = rt.answers.estimate(tokens, [], stalled)
+        now = language.answers.estimate(tokens, [], stalled)
         return reply(error=f"timed out after {timeout:g} s waiting for the answer ({where}); at admission: "
                            f"{estimate.describe()}; now: {now.describe()}")
     if q.error:

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..engine.admission import frames_to_finish
-from ..engine.memory_log import MemoryLog, PromptTooLong, question_problem
-from ..engine.requests import LanguageRequest, RequestRejected
+from ..engine.fleet import RobotView
+from ..engine.memory_log import PromptTooLong, question_problem
+from ..engine.requests import RequestRejected
+from ..engine.robot_language import RobotLanguage
 from .robot_inputs import InputError, RobotInputs, repack
 
 STREAM_KEYS = {"narration": "oxygen/narrate", "memory": "oxygen/remember"}
@@ -83,9 +84,8 @@ class Session:
     robot: str
     inputs: RobotInputs
     noise: torch.Generator
-    memory: MemoryLog
+    language: RobotLanguage                          # memory log, questions and their deadlines
     outbox: list = field(default_factory=list)       # text items not yet replied
-    questions: dict = field(default_factory=dict)    # request id -> deadline (monotonic)
     interval_s: float | None = None                  # between its observations, smoothed
     last_seen: float | None = None
     closed: bool = False
@@ -128,8 +128,10 @@ class SessionHub:
             if not self._free:
                 raise ServerFull(f"the server serves at most {self.max_sessions} sessions at once (--max-sessions)")
             robot = self._free.pop()
-            s = Session(robot, inputs, torch.Generator().manual_seed(self.seed),
-                        MemoryLog(self.language.memory_log_size))
+            # a view, not engine.view(): registering the robot is the engine thread's (act, submit)
+            language = RobotLanguage(RobotView(self.engine, robot), lambda t: len(self.tok.encode(t)),
+                                     self.model.cfg.max_prompt_tokens, self.language.memory_log_size)
+            s = Session(robot, inputs, torch.Generator().manual_seed(self.seed), language)
             self._sessions[robot] = s
             return s
 
@@ -227,7 +229,7 @@ class SessionHub:
                 self.engine.forget(robot)
                 for rid in [rid for rid, owner in self._owner.items() if owner is s]:
                     del self._owner[rid]
-                s.questions.clear()
+                s.language.fail_questions("the session closed")
                 del self._sessions[robot]
                 self._free.append(robot)
                 self._cond.notify_all()
@@ -301,30 +303,21 @@ class SessionHub:
         out = []
         for stream, value, timeout in p.requests:
             try:
-                req = self._request(s, stream, value, timeout)
-                rid = self.engine.submit(s.robot, req)
+                rid = self._request(s, stream, value, timeout)
             except (RequestRejected, PromptTooLong, ValueError) as err:
                 out.append({"stream": stream, "request_id": -1, "error": str(err)})
                 continue
             self._owner[rid] = s
-            if stream == "answer":
-                s.questions[rid] = time.monotonic() + timeout
             out.append({"stream": stream, "request_id": rid, "error": ""})
         return out
 
-    def _request(self, s: Session, stream: str, value, timeout) -> LanguageRequest:
+    def _request(self, s: Session, stream: str, value, timeout) -> int:
+        """Start one request of the session's (a stream's prompt, or an answer with its deadline)."""
         lang, tokens = self.language, self.language.max_tokens
         if stream != "answer":
             prompt = value if isinstance(value, str) else getattr(lang, f"{stream}_prompt")
-            return LanguageRequest(prompt, stream, tokens)
-        prompt = s.memory.answer_prompt(lang.answer_prompt, value, lambda t: len(self.tok.encode(t)),
-                                        self.model.cfg.max_prompt_tokens)
-        if s.interval_s:
-            frames = frames_to_finish(self.engine.backlog(s.robot), tokens)
-            if frames * s.interval_s > timeout:
-                raise ValueError(f"cannot be answered within {timeout:g} s: about {frames} frames of this "
-                                 f"session ({frames * s.interval_s:.1f} s) for the language work ahead")
-        return LanguageRequest(prompt, "answer", tokens)
+            return s.language.start(stream, prompt, tokens)
+        return s.language.ask_now(lang.answer_prompt, value, tokens, timeout, s.interval_s)
 
     def _route(self, d) -> None:
         s = self._owner.get(d.request_id)
@@ -332,9 +325,7 @@ class SessionHub:
             return
         if d.done:
             del self._owner[d.request_id]
-            s.questions.pop(d.request_id, None)
-            if d.stream == "memory" and not d.error:
-                s.memory.add(d.full_text)
+            s.language.finished(d)          # a memory entry joins the session's log
         with self._cond:      # one item per request and reply: its deltas joined
             item = next((i for i in s.outbox if i["request_id"] == d.request_id), None)
             if item is None:
@@ -347,14 +338,12 @@ class SessionHub:
     def _expire_questions(self) -> None:
         now = time.monotonic()
         for s in list(self._sessions.values()):
-            for rid, deadline in list(s.questions.items()):
-                if now > deadline:      # its work stops now; the caller gets the reason
-                    del s.questions[rid]
-                    self._owner.pop(rid, None)
-                    self.engine.abort(rid)
-                    with self._cond:
-                        s.outbox.append({"request_id": rid, "stream": "answer", "delta": "", "done": True,
-                                         "full_text": "", "error": "not answered within its timeout"})
+            for rid in s.language.expired(now):      # its work stops now; the caller gets the reason
+                self._owner.pop(rid, None)
+                self.engine.abort(rid)
+                with self._cond:
+                    s.outbox.append({"request_id": rid, "stream": "answer", "delta": "", "done": True,
+                                     "full_text": "", "error": "not answered within its timeout"})
 
     def _take_outbox(self, s: Session) -> list:
         with self._cond:

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..engine.admission import Backlog, frames_to_finish
+from .admission import Backlog, frames_to_finish
 
 SMOOTHING = 0.3          # weight of the newest frame interval in the running average
 
