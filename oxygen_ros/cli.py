@@ -24,6 +24,7 @@ COMMANDS = [
     ("report", "oxygen_ros.commands.report", "summarise a recorded bag: JSON timing/latency summary and a PNG timeline"),
     ("sim", "oxygen_ros.commands.sim", "a simulated robot: rendered cameras and joint states that follow the chunks"),
     ("demo", "oxygen_ros.commands.demo", "simulated robot + node + recorder for a minute, a question, then the report"),
+    ("eval", "oxygen_ros.commands.eval", "task success over held-out seeds: node, sim and recorder per episode, each bag scored from /tf"),
     ("security", "oxygen_ros.commands.security", "write an SROS2 access-control policy for the node as a params file configures it"),
     ("serve", "oxygen_ros.commands.serve", "serve openpi websocket clients (action chunks, and text on request) from one batched engine"),
 ]

@@ -7,6 +7,9 @@ and the robot agree:
     oxygen sim --params config/demo.yaml            # then, in another terminal:
     oxygen_node --ros-args --params-file config/demo.yaml -p autostart:=true
 Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS node.
+With --lockstep the sim owns the clock (/clock) and advances it one replanning period per
+chunk the node computed from its latest observation (tools/sim_lockstep.py; the node runs
+with use_sim_time:=true): `oxygen eval --clock sim`.
 """
 import argparse
 import signal
@@ -42,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: the scene's fixed layout)")
     p.add_argument("--tf-hz", type=float, default=20.0,
                    help="rate of the ground truth on /tf (cube, bowl, gripper in world; 0 = off)")
+    p.add_argument("--lockstep", action="store_true",
+                   help="sim time: publish /clock and advance it by one replanning period (1 / the params "
+                        "file's control_rate_hz) per chunk computed from the latest observation; the node "
+                        "runs with use_sim_time:=true (tools/sim_lockstep.py)")
+    p.add_argument("--no-clock", action="store_true",
+                   help="with --lockstep: do not publish /clock (a fleet's other robots: one sim publishes it)")
+    p.add_argument("--blackout", action="store_true", help="publish black camera images (nothing rendered)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
     p.add_argument("--quiet", action="store_true", help="no periodic status lines")
 
@@ -77,17 +87,28 @@ def run(args: argparse.Namespace) -> int:
     robot = None
     try:
         try:
-            robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
-                             args.compressed, args.jpeg_quality, args.control_hz,
-                             tf_hz=args.tf_hz, seed=args.seed)
+            if args.lockstep:
+                from oxygen_ros.tools.sim_lockstep import LockstepSim
+
+                robot = LockstepSim(node, params, 1.0 / float(params["control_rate_hz"]),
+                                    publish_clock=not args.no_clock, tf_hz=args.tf_hz,
+                                    control_hz=args.control_hz, image_size=args.image_size,
+                                    compressed=args.compressed, jpeg_quality=args.jpeg_quality,
+                                    seed=args.seed, blackout=args.blackout)
+            else:
+                robot = SimRobot(node, params, args.image_size, args.camera_hz, args.joint_hz,
+                                 args.compressed, args.jpeg_quality, args.control_hz,
+                                 tf_hz=args.tf_hz, seed=args.seed, blackout=args.blackout)
         except (ValueError, RuntimeError) as e:   # wrong joint count, rates, no GL: say why
             print(f"sim: cannot start: {e}", file=sys.stderr, flush=True)
             return 2
-        cams = ", ".join(p.topic_name + (f" {fmt}" if fmt else "") + f" {hz:g} Hz"
+        cams = ", ".join(p.topic_name + (f" {fmt}" if fmt else "") + ("" if args.lockstep else f" {hz:g} Hz")
                          for (p, _, fmt), hz in zip(robot.cameras, robot.camera_hz))
         print(f"sim: MuJoCo Panda, {len(robot.cameras)} cameras ({cams}) {args.image_size}x{args.image_size}, "
               f"{len(robot.world.names)} joints on {robot.joint_pub.topic_name} at "
-              f"{args.joint_hz:g} Hz; following chunks; Ctrl-C to stop", flush=True)
+              + (f"{args.joint_hz:g} Hz" if not args.lockstep else
+                 f"each step; lock-step sim time, {robot.period_s:g} s a chunk")
+              + "; following chunks; Ctrl-C to stop", flush=True)
 
         def status(elapsed_s: float) -> None:
             cube = ", ".join(f"{v:.2f}" for v in robot.world.cube_position())
@@ -95,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
                   f"frames {robot.frames}", flush=True)
         spin_until_stopped(executor, stop, args.duration, None if args.quiet else status)
         print(f"sim: stopped after {robot.chunks} chunks", flush=True)
+        if args.lockstep:
+            print(f"sim: lockstep: {robot.cycles} steps to sim time {robot.t:.3f} s, {robot.ignored} chunks "
+                  "ignored (not from the latest observation)", flush=True)
         s = robot.summary()
         print(f"sim: {s['rejected']} trajectories rejected; {s['count']} chunk boundaries, position jump "
               f"max {s['position_max']:.4f} p95 {s['position_p95']:.4f} rad, velocity jump max "

@@ -146,7 +146,9 @@ class RobotTime:
         else:
             note = ""
         elapsed_ros = publish_s - tick_s
-        if abs(elapsed_ros - elapsed_mono_s) <= max(CLOCK_JUMP_S, 0.5 * elapsed_mono_s):
+        # a clock that stood still is a paused sim clock (a lock-step sim waits for this chunk),
+        # not a jump: the chunk keeps its observation's stamp
+        if elapsed_ros == 0.0 or abs(elapsed_ros - elapsed_mono_s) <= max(CLOCK_JUMP_S, 0.5 * elapsed_mono_s):
             return obs_s, note
         self.clock_jumps += 1
         moved = obs_s + elapsed_ros - elapsed_mono_s

@@ -25,6 +25,11 @@ the physics was stepped to (the sim's clock): parent `world`, children `cube`, `
 `gripper` (the fingertips' centre), metres (the issue 41 contract; tools/cube_place.py
 scores it). `seed` places the cube and the bowl (panda_scene.layout); None keeps the
 scene's default layout. A world without `frames()` (a test fake) publishes no /tf.
+
+`paced=False` leaves out the control timer and the camera thread: tools/sim_lockstep.py
+steps the physics and renders itself, on a sim clock that advances only as far as the node
+has acted (`oxygen sim --lockstep`). `blackout` publishes black images (nothing rendered):
+the control that shows a narration comes from the image.
 """
 from __future__ import annotations
 
@@ -54,7 +59,8 @@ def panda_world(params: dict, seed: int | None = None):
 class SimRobot:
     def __init__(self, node, params: dict, image_size: int = 160, camera_hz=15.0,
                  joint_hz: float = 100.0, compressed: str = "", jpeg_quality: int = 90,
-                 control_hz: float = 100.0, world=None, tf_hz: float = 20.0, seed: int | None = None):
+                 control_hz: float = 100.0, world=None, tf_hz: float = 20.0, seed: int | None = None,
+                 paced: bool = True, blackout: bool = False):
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
@@ -84,6 +90,7 @@ class SimRobot:
             raise ValueError(f"camera rates {rates}: one positive rate, or one per camera ({len(self.cameras)})")
         self.camera_hz = rates
         self.jpeg_quality = jpeg_quality
+        self.blackout = blackout
         self.joint_pub = node.create_publisher(JointState, params.get("joint_state_topic", "joint_states"),
                                                qos.SENSOR)
         node.create_subscription(JointTrajectory, params.get("trajectory_topic", "joint_trajectory"),
@@ -106,11 +113,12 @@ class SimRobot:
         # joint states go out from the control update (so at most control_hz): one callback
         # less per tick matters when renders of ~20 ms share the executor
         self._lock = threading.Lock()           # the physics: stepped by the executor, read by the cameras
-        node.create_timer(1.0 / control_hz, self._on_control_tick)
         self._stop = threading.Event()
         self._camera_thread = threading.Thread(target=self._camera_loop, name="sim cameras", daemon=True)
-        if self.cameras:
-            self._camera_thread.start()
+        if paced:
+            node.create_timer(1.0 / control_hz, self._on_control_tick)
+            if self.cameras:
+                self._camera_thread.start()
 
     def _now(self) -> float:
         return self.node.get_clock().now().nanoseconds / 1e9
@@ -173,8 +181,6 @@ class SimRobot:
     def _camera_loop(self) -> None:
         """Each camera when it is due (a late one goes next, without a burst to catch up);
         the renderers live and are closed in this thread (EGL contexts are per thread)."""
-        from ..node.convert import rgb_to_compressed, rgb_to_image
-
         periods = [1.0 / hz for hz in self.camera_hz]
         due = [time.monotonic()] * len(periods)
         try:
@@ -183,20 +189,30 @@ class SimRobot:
                 if self._stop.wait(max(0.0, due[i] - time.monotonic())):
                     return
                 due[i] = max(due[i] + periods[i], time.monotonic())
-                pub, view, fmt = self.cameras[i]
                 with self._lock:
                     state = self.world.snapshot()
                     stamp = self.node.get_clock().now().to_msg()
-                rgb = self.world.render(view, self.size, state)
-                msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
-                msg.header.stamp = stamp
-                msg.header.frame_id = f"{view}_camera"
-                pub.publish(msg)
+                self.cameras[i][0].publish(self.camera_msg(i, state, stamp))
                 self.frames[i] += 1
         except Exception as e:  # noqa: BLE001 - a render error must be seen, not end the cameras silently
             self.node.get_logger().error(f"sim cameras stopped: {type(e).__name__}: {e}")
         finally:
             self.world.close()
+
+    def camera_msg(self, i: int, state, stamp):
+        """Camera i's message of the physics snapshot `state`, stamped `stamp` (call it in
+        the thread that owns the renderers)."""
+        import numpy as np
+
+        from ..node.convert import rgb_to_compressed, rgb_to_image
+
+        _, view, fmt = self.cameras[i]
+        rgb = (np.zeros((self.size, self.size, 3), np.uint8) if self.blackout
+               else self.world.render(view, self.size, state))
+        msg = rgb_to_compressed(rgb, fmt, self.jpeg_quality) if fmt else rgb_to_image(rgb, "rgb8")
+        msg.header.stamp = stamp
+        msg.header.frame_id = f"{view}_camera"
+        return msg
 
     def close(self) -> None:
         """Stop the cameras and close the world (the Panda's renderers: an EGL context left

@@ -1,0 +1,560 @@
+"""`oxygen eval`: episodes of the real node, the simulated Panda and the recorder as separate
+processes over DDS, each episode's bag scored from the sim's ground truth (issue 41's
+evaluation contract).
+
+An episode: `oxygen sim --seed S` (one per robot; --lockstep with --clock sim), `oxygen record`
+(one per robot) and oxygen_node with the run's params file, configured once the recorders are
+up and activated once they matched its publishers (so the bag has every frame), for a fixed
+duration after the node's first frame or until the cube's place is final (in the bowl for
+`settle_s`). Episode time runs on the stamps of the sim's /tf from the first frame's
+observation stamp: sim time with --clock sim, wall time with --clock wall.
+
+Scoring (ROS-free, from the bag alone: `score_bag`): the cube's place over time by
+tools/cube_place.py on the bag's /tf (tools/bag_task.py), cut at the episode's end; success:
+the bowl at the end. A narration (oxygen_msgs/TextChunk, stream "narration", done) is right
+when it names exactly one of "table", "gripper", "bowl" and that is the cube's place at the
+observation stamp (FrameTiming.observation_stamp) of its start_frame.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cube_place
+from .bag_summary import TEXT, TIMING, bag_dir, typestore_for
+from .bag_task import read_places, task_summary
+
+TRAINING_SEEDS = range(1000, 2000)
+HELD_OUT_FROM = 900000
+MATCH_TIMEOUT_S = 20.0
+_PLACE_WORDS = re.compile(r"\b(table|gripper|bowl)s?\b", re.IGNORECASE)
+
+
+# -- seeds and statistics ---------------------------------------------------------------------
+def parse_seeds(text: str) -> list[int]:
+    """"900000-900049", "5,7,9-11" -> the seeds, in order, without repeats."""
+    seeds = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a:
+            raise ValueError(f"seed range {part!r} runs backwards")
+        seeds += [s for s in range(a, b + 1) if s not in seeds]
+    if not seeds:
+        raise ValueError(f"no seeds in {text!r}")
+    return seeds
+
+
+def training_seeds_in(seeds) -> list[int]:
+    return [s for s in seeds if s in TRAINING_SEEDS]
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The 95% Wilson score interval of a success rate (None for n = 0)."""
+    if n == 0:
+        return None
+    p = successes / n
+    d = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / d
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def named_places(text: str) -> set[str]:
+    """Which of table / gripper / bowl a text names (plural forms count)."""
+    return {m.group(1).lower() for m in _PLACE_WORDS.finditer(text)}
+
+
+# -- scoring a bag ------------------------------------------------------------------------------
+def read_frames_and_narrations(bag) -> tuple[dict, list]:
+    """({frame_index: observation stamp s}, [(start_frame, full text)] of the finished
+    narrations) from a bag's FrameTiming and TextChunk messages."""
+    from rosbags.rosbag2 import Reader
+
+    frames, texts = {}, {}
+    with Reader(bag_dir(bag)) as reader:
+        wanted = [c for c in reader.connections if c.msgtype in (TIMING, TEXT)]
+        store = typestore_for(wanted)
+        for conn, _, raw in reader.messages(connections=wanted) if wanted else ():
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+            if conn.msgtype == TIMING:
+                s = msg.observation_stamp
+                frames[int(msg.frame_index)] = s.sec + s.nanosec * 1e-9
+            elif msg.stream == "narration" and msg.done:
+                texts[int(msg.request_id)] = (int(msg.start_frame), msg.full_text)
+    return frames, [texts[k] for k in sorted(texts)]
+
+
+def place_at(times: list[float], places: list[str], t: float) -> str | None:
+    """The place of the latest sample at or before t (the first one before any)."""
+    if not times:
+        return None
+    return places[max(0, bisect.bisect_right(times, t + 1e-9) - 1)]
+
+
+def score_bag(bag, end_s: float | None = None, start_stamp: float | None = None) -> dict:
+    """An episode's score from its bag: the cube's places (by the report's scoring) up to
+    `end_s` seconds after `start_stamp` (default: the first frame's observation stamp, else
+    the first /tf), success (the bowl at that end), frames, frames that repeated the previous
+    frame's observation, and every narration judged against the place at its frame."""
+    times, places, tf_count = read_places(bag)
+    frames, narrations = read_frames_and_narrations(bag)
+    if start_stamp is None:
+        start_stamp = frames[min(frames)] if frames else (times[0] if times else 0.0)
+    if end_s is not None:
+        keep = bisect.bisect_right(times, start_stamp + end_s + 1e-9)
+        times, places = times[:keep], places[:keep]
+    rel = [t - start_stamp for t in times]
+    segs = cube_place.segments(rel, places)
+    for s in segs:
+        s["start_s"], s["end_s"] = round(s["start_s"], 3), round(s["end_s"], 3)
+    success = cube_place.success(places)
+    judged = []
+    for start_frame, text in narrations:
+        stamp = frames.get(start_frame)
+        truth = place_at(times, places, stamp) if stamp is not None else None
+        named = sorted(named_places(text))
+        judged.append({"start_frame": start_frame, "text": text, "named": named, "place": truth,
+                       "right": truth is not None and named == [truth]})
+    stamps = [frames[k] for k in sorted(frames)]
+    right = sum(j["right"] for j in judged)
+    return {
+        "success": success,
+        "final_place": places[-1] if places else None,
+        "places": segs,
+        "time_to_success_s": segs[-1]["start_s"] if success else None,
+        "length_s": round(rel[-1], 3) if rel else 0.0,
+        "tf_messages": tf_count,
+        "frames": len(frames),
+        "repeated_observation_frames": sum(a == b for a, b in zip(stamps, stamps[1:])),
+        "narrations": len(judged),
+        "narrations_right": right,
+        "narration_accuracy": right / len(judged) if judged else None,
+        "narration_samples": judged,
+    }
+
+
+def summarize(episodes: list[dict]) -> dict:
+    """Success rate with its Wilson interval, episode lengths and narration accuracy."""
+    n = len(episodes)
+    k = sum(bool(e.get("success")) for e in episodes)
+    narr = sum(e.get("narrations", 0) for e in episodes)
+    right = sum(e.get("narrations_right", 0) for e in episodes)
+    lengths = [e["length_s"] for e in episodes if e.get("length_s") is not None]
+    wall = [e["wall_s"] for e in episodes if e.get("wall_s") is not None]
+    ci = wilson(k, n)
+    return {"episodes": n, "successes": k, "success_rate": k / n if n else None,
+            "success_wilson95": [round(ci[0], 4), round(ci[1], 4)] if ci else None,
+            "mean_length_s": round(sum(lengths) / len(lengths), 3) if lengths else None,
+            "narrations": narr, "narrations_right": right,
+            "narration_accuracy": right / narr if narr else None,
+            "mean_wall_s": round(sum(wall) / len(wall), 2) if wall else None,
+            "failed_to_run": sum(bool(e.get("error")) for e in episodes)}
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def format_table(result: dict) -> str:
+    """The printed table: one row per robot (one row for a single robot), then all."""
+    rows = [("robot", "episodes", "success", "95% Wilson", "length s", "narration acc.", "wall s/ep")]
+    groups = list(result["per_robot"].items())
+    if len(groups) > 1:
+        groups.append(("all", result["overall"]))
+    for name, s in groups:
+        ci = s["success_wilson95"]
+        rows.append((name, str(s["episodes"]), f"{s['successes']}/{s['episodes']} {_pct(s['success_rate'])}",
+                     f"{_pct(ci[0])}-{_pct(ci[1])}" if ci else "-",
+                     "-" if s["mean_length_s"] is None else f"{s['mean_length_s']:.1f}",
+                     f"{s['narrations_right']}/{s['narrations']} {_pct(s['narration_accuracy'])}",
+                     "-" if s["mean_wall_s"] is None else f"{s['mean_wall_s']:.1f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def episode_line(i: int, total: int, e: dict) -> str:
+    if e.get("error"):
+        return f"[{i}/{total}] {e['robot'] + ' ' if e['robot'] else ''}seed {e['seed']}: not run: {e['error']}"
+    how = (f"success (in the bowl from {e['time_to_success_s']:.1f} s)" if e["success"]
+           else f"failure (ends on the {e['final_place']})")
+    narr = (f"narration {e['narrations_right']}/{e['narrations']} right" if e["narrations"] else "no narration")
+    return (f"[{i}/{total}] {e['robot'] + ' ' if e['robot'] else ''}seed {e['seed']}: {how}, "
+            f"{e['length_s']:.1f} s, {e['frames']} frames, {narr}, {e['wall_s']:.1f} s wall")
+
+
+# -- running episodes ---------------------------------------------------------------------------
+@dataclass
+class Options:
+    params: Path
+    seeds: list
+    out: Path
+    clock: str = "sim"                 # sim | wall
+    language: str = "on"               # off | on
+    questions_every_s: float = 0.0
+    question: str = "what have you done?"
+    rtc: str = ""                      # "" : the params file's; off | guided
+    robots: int = 0                    # 0: one robot (not a fleet)
+    blackout: bool = False
+    duration_s: float = 20.0
+    settle_s: float = 1.0
+    rate_hz: float = 0.0               # the node's wall rate: 0 = measured as `oxygen demo` measures it
+    image_size: int = 128
+    record_cameras: bool = False
+    startup_timeout_s: float = 600.0
+    episode_timeout_s: float = 0.0     # wall seconds after the first frame; 0: 60 + 40 x duration
+    domain_id: int | None = None
+
+
+@dataclass
+class _Robot:
+    name: str                          # "" : the node's own robot
+    seed: int
+    out: Path
+    params: dict
+
+    @property
+    def namespace(self) -> str:
+        return f"/{self.name}" if self.name else "/"
+
+    def child(self, kind: str) -> str:
+        return f"{kind}_{self.name}" if self.name else kind
+
+
+@dataclass
+class _Watch:
+    """One robot's live view of an episode: first frame, the cube's place on /tf."""
+    start_stamp: float | None = None   # the first frame's observation stamp
+    last_stamp: float | None = None    # of the latest /tf
+    place: str | None = None
+    place_since: float | None = None
+    questions: list = field(default_factory=list)
+
+    def elapsed(self) -> float:
+        if self.start_stamp is None or self.last_stamp is None:
+            return 0.0
+        return self.last_stamp - self.start_stamp
+
+    def final(self, settle_s: float) -> bool:
+        return (self.place == "bowl" and self.place_since is not None and self.start_stamp is not None
+                and self.last_stamp - max(self.place_since, self.start_stamp) >= settle_s)
+
+
+def fleet_names(params: dict, count: int) -> list[str]:
+    """The first `count` robots of the params file's `robots`, then robot1, robot2, ..."""
+    names = list(params.get("robots") or [])[:count]
+    k = 0
+    while len(names) < count:
+        k += 1
+        if f"robot{k}" not in names:
+            names.append(f"robot{k}")
+    return names
+
+
+def run_params(opts: Options, params: dict) -> dict:
+    """The params file's values with the run's options applied (written once for the node,
+    the sims and the recorders)."""
+    p = dict(params)
+    if opts.language == "off":          # no narration, memory or questions
+        p["narration_every_n_frames"] = 0
+        p["memory_every_n_frames"] = 0
+    if opts.rtc:
+        p["rtc_mode"] = opts.rtc
+    if opts.robots:
+        p["robots"] = fleet_names(params, opts.robots)
+    elif p.get("robots"):
+        p["robots"] = []
+    return p
+
+
+class Evaluation:
+    """Runs the episodes; `say` prints a line (progress)."""
+
+    def __init__(self, opts: Options, say=print, stop=None):
+        import threading
+
+        from .params_files import params_from_file
+
+        self.opts, self.say = opts, say
+        self.stop = stop or threading.Event()
+        self.params = run_params(opts, params_from_file(opts.params))
+        opts.out.mkdir(parents=True, exist_ok=True)
+        self.params_path = opts.out / "params.yaml"
+        self._write_params()
+        self.robot_names = list(self.params.get("robots") or []) or [""]
+        self.rate_hz = float(self.params["control_rate_hz"])   # the node's replanning rate
+        self.episodes: list[dict] = []
+        self._measured = False
+
+    def _write_params(self) -> None:
+        import yaml
+
+        self.params_path.write_text(yaml.safe_dump({"/**": {"ros__parameters": self.params}}, sort_keys=False))
+
+    def groups(self) -> list[list[int]]:
+        """The seeds of each episode: one per robot (a fleet's robots get consecutive seeds)."""
+        n = len(self.robot_names)
+        return [self.opts.seeds[i:i + n] for i in range(0, len(self.opts.seeds), n)]
+
+    def run(self) -> dict:
+        groups = self.groups()
+        total = len(self.opts.seeds)
+        for k, seeds in enumerate(groups):
+            if self.stop.is_set():
+                break
+            for e in self._episode(k, seeds):
+                self.episodes.append(e)
+                self.say(episode_line(len(self.episodes), total, e))
+        return self.result()
+
+    def result(self) -> dict:
+        o = self.opts
+        per_robot = {}
+        for name in self.robot_names:
+            per_robot[name or "robot"] = summarize([e for e in self.episodes if e["robot"] == name])
+        return {"clock": o.clock, "params": str(o.params), "model": self.params.get("model"),
+                "language": o.language, "questions_every_s": o.questions_every_s, "rtc": self.params.get("rtc_mode"),
+                "robots": len(self.robot_names) if self.params.get("robots") else 1, "blackout": o.blackout,
+                "duration_s": o.duration_s, "settle_s": o.settle_s, "node_control_rate_hz": self.rate_hz,
+                "sim_period_s": 1.0 / float(self.params["control_rate_hz"]) if o.clock == "sim" else None,
+                "seeds": o.seeds, "overall": summarize(self.episodes), "per_robot": per_robot,
+                "episodes": self.episodes}
+
+    # -- one episode ------------------------------------------------------------------------------
+    def _episode(self, k: int, seeds: list[int]) -> list[dict]:
+        from .child_processes import Children
+
+        folder = self.opts.out / f"episode-{k:03d}"
+        robots = [_Robot(name, seed, folder / (f"{name}-seed{seed}" if name else f"seed{seed}"),
+                         self._robot_params(name)) for name, seed in zip(self.robot_names, seeds)]
+        children = Children(folder / "logs", env=os.environ.copy())
+        t0 = time.monotonic()
+        error = None
+        watches = {}
+        try:
+            watches = self._run_children(robots, children)
+        except _EpisodeError as e:
+            error = str(e)
+        finally:
+            # the node first, the recorders last: the bags keep the last messages
+            children.stop_all(["node", *(r.child("sim") for r in robots)])
+        wall = time.monotonic() - t0
+        out = []
+        for r in robots:
+            e = {"robot": r.name, "seed": r.seed, "episode": k, "bag": str(r.out / "bag"), "wall_s": round(wall, 2)}
+            w = watches.get(r.name)
+            if error is None and (r.out / "bag" / "metadata.yaml").is_file():
+                try:
+                    start = w.start_stamp if w else None
+                    end = min(self.opts.duration_s, w.elapsed()) if start is not None else None
+                    e.update(score_bag(r.out / "bag", end, start))
+                    e["report_task"] = task_summary(r.out / "bag")
+                    e["questions"] = len(w.questions) if w else 0
+                    e["answers"] = sum(1 for f in (w.questions if w else []) if f.done() and f.result().success)
+                except Exception as ex:  # noqa: BLE001 - one bad bag is that episode's failure, not the run's
+                    e["error"] = f"scoring failed: {type(ex).__name__}: {ex}"
+            else:
+                e["error"] = error or "no closed bag"
+            if e.get("error"):
+                e.update(success=False, narrations=0, narrations_right=0, length_s=None)
+            out.append(e)
+        return out
+
+    def _robot_params(self, name: str) -> dict:
+        from .params_files import robot_params
+
+        return robot_params(self.params, name)
+
+    def _sim_argv(self, r: _Robot, first: bool) -> list[str]:
+        o = self.opts
+        argv = [sys.executable, "-m", "oxygen_ros.cli", "sim", "--params", str(self.params_path), "--quiet",
+                "--namespace", r.namespace, "--image-size", str(o.image_size), "--seed", str(r.seed)]
+        own_joints = (self.params.get(r.name) or {}).get("joint_names") if r.name else None
+        if own_joints:
+            argv += ["--joints", ",".join(own_joints)]
+        if o.clock == "sim":
+            argv += ["--lockstep"] + ([] if first else ["--no-clock"])
+        else:
+            from .demo_rate import sim_camera_hz
+
+            argv += ["--camera-hz", f"{sim_camera_hz(self.rate_hz):g}", "--joint-hz", "50"]
+        return argv + (["--blackout"] if o.blackout else [])
+
+    def _run_children(self, robots: list[_Robot], children) -> dict:
+        from .bag_recorder import BagRecorder
+
+        o = self.opts
+        py = sys.executable
+        for i, r in enumerate(robots):
+            r.out.mkdir(parents=True, exist_ok=True)
+            children.start(r.child("sim"), self._sim_argv(r, i == 0))
+            children.start(r.child("recorder"), [
+                py, "-m", "oxygen_ros.cli", "record", "--out", str(r.out / "bag"), "--params", str(self.params_path),
+                "--namespace", r.namespace, "--quiet", *(["--cameras"] if o.record_cameras else [])])
+        for r in robots:
+            for name, ready in ((r.child("recorder"), "recording "), (r.child("sim"), "sim: ")):
+                if not children.children[name].wait_for_line(ready, 60.0, self.stop):
+                    raise _EpisodeError(f"{name} did not start: {children.children[name].log_tail(600)}")
+        # the node's wall rate, measured once beside the first episode's robots as `oxygen demo`
+        # does. With --clock sim the sim's period stays the params file's (sim time per chunk); a
+        # wall rate the machine holds only leaves the sim time to answer before the next tick
+        # (else the node acts on the same observation twice: repeated_observation_frames)
+        if o.rate_hz > 0:
+            self.rate_hz = o.rate_hz
+        elif not self.episodes and not self._measured:
+            self._measure_rate()
+        awaits = []
+        for r in robots:
+            awaits += ["-p", f"{r.name + '.' if r.name else ''}await_recorders:=[{BagRecorder.NODE_NAME}]"]
+        children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(self.params_path),
+                                "-p", "autostart:=false", "-p", f"control_rate_hz:={self.rate_hz!r}",
+                                "-p", f"use_sim_time:={'true' if o.clock == 'sim' else 'false'}", *awaits])
+        return self._watch(robots, children)
+
+    def _measure_rate(self) -> None:
+        from .demo_rate import holdable_rate_hz, measure_frame_ms
+
+        robots = self.params.get("robots") or []
+        frame_ms = measure_frame_ms(self.params, self.opts.image_size, robots=robots)
+        configured = float(self.params["control_rate_hz"])
+        self.rate_hz = holdable_rate_hz(frame_ms, configured)
+        self._measured = True
+        self.say(f"measured frames {min(frame_ms):.0f}-{max(frame_ms):.0f} ms beside the robot and recorder: "
+                 f"the node runs at {self.rate_hz:g} Hz (params file: {configured:g} Hz)")
+
+    def _watch(self, robots: list[_Robot], children) -> dict:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        from .demo_monitor import DemoMonitor
+
+        node = rclpy.create_node(f"oxygen_eval_{os.getpid()}_{len(self.episodes)}")
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        try:
+            watches = {r.name: _Watch() for r in robots}
+            mons = {r.name: DemoMonitor(node, r.params, lambda _line: None, namespace=r.namespace)
+                    for r in robots}
+            for r in robots:
+                self._subscribe(node, r, watches[r.name])
+            self._start_node(robots, children, mons[robots[0].name], executor)
+            self._run_episode(robots, children, watches, mons, executor)
+            return watches
+        finally:
+            executor.shutdown(timeout_sec=1.0)
+            node.destroy_node()
+
+    def _subscribe(self, node, r: _Robot, w: _Watch) -> None:
+        from oxygen_msgs.msg import FrameTiming
+        from tf2_msgs.msg import TFMessage
+
+        from ..node import qos
+        from .bag_recorder import resolve
+
+        latest = {}
+
+        def on_tf(msg) -> None:
+            stamp = None
+            for t in msg.transforms:
+                child = t.child_frame_id.lstrip("/")
+                if t.header.frame_id.lstrip("/") == "world" and child in ("cube", "bowl", "gripper"):
+                    v = t.transform.translation
+                    latest[child] = (v.x, v.y, v.z)
+                    stamp = t.header.stamp.sec + t.header.stamp.nanosec * 1e-9
+            if stamp is None or len(latest) < 3:
+                return
+            place = cube_place.place(latest["cube"], latest["bowl"], latest["gripper"])
+            if place != w.place:
+                w.place, w.place_since = place, stamp
+            w.last_stamp = stamp if w.last_stamp is None else max(w.last_stamp, stamp)
+
+        def on_timing(msg) -> None:
+            if w.start_stamp is None:
+                s = msg.observation_stamp
+                w.start_stamp = s.sec + s.nanosec * 1e-9
+
+        node.create_subscription(TFMessage, resolve("tf", r.namespace), on_tf, 100)
+        node.create_subscription(FrameTiming, resolve(r.params.get("frame_timing_topic", "frame_timing"),
+                                                      r.namespace), on_timing, qos.CONTROL)
+
+    def _pump(self, executor, children, timeout: float, what: str) -> None:
+        executor.spin_once(timeout_sec=timeout)
+        dead = children.dead()
+        if dead:
+            raise _EpisodeError(f"{dead[0].name} exited (code {dead[0].proc.returncode}) {what}: "
+                                f"{dead[0].log_tail(1500)}")
+        if self.stop.is_set():
+            raise _EpisodeError("interrupted")
+
+    def _start_node(self, robots, children, mon, executor) -> None:
+        """Configure, wait for the recorders to match the node's publishers, activate, wait for
+        the first frame (as `oxygen demo` does: the bag then has every frame)."""
+        from .bag_recorder import BagRecorder
+
+        end = time.monotonic() + self.opts.startup_timeout_s
+
+        def until(done, what: str, limit: float | None = None) -> None:
+            stop_at = min(end, time.monotonic() + limit) if limit else end
+            while not done():
+                self._pump(executor, children, 0.05, f"waiting for {what}")
+                if time.monotonic() > stop_at:
+                    raise _EpisodeError(f"gave up waiting for {what}: {children.children['node'].log_tail(1500)}")
+
+        def transition(label: str) -> None:
+            future = mon.transition(label)
+            until(future.done, f"oxygen_node to {label}")
+            if not future.result().success:
+                raise _EpisodeError(f"oxygen_node refused to {label}: {children.children['node'].log_tail(1500)}")
+
+        until(mon.lifecycle_client.service_is_ready, "oxygen_node's lifecycle service")
+        # an unknown transition first: its answer proves the way back works (demo.py says why)
+        until(mon.transition("no_such_transition").done, "oxygen_node's first lifecycle response")
+        transition("configure")
+        for r in robots:
+            rec = children.children[r.child("recorder")]
+            until(lambda: rec.has_line(BagRecorder.MATCHED), f"{rec.name} to match the node", MATCH_TIMEOUT_S)
+        transition("activate")
+        until(lambda: mon.t_first is not None, "the first frame")
+
+    def _run_episode(self, robots, children, watches, mons, executor) -> None:
+        o = self.opts
+        limit = o.episode_timeout_s or 60.0 + 40.0 * o.duration_s
+        t0 = time.monotonic()
+        while True:
+            self._pump(executor, children, 0.05, "during the episode")
+            live = [watches[r.name] for r in robots]
+            if all(w.elapsed() >= o.duration_s or w.final(o.settle_s) for w in live):
+                return
+            if time.monotonic() - t0 > limit:
+                self.say(f"episode stopped after {limit:.0f} s of wall time (episode time "
+                         f"{min(w.elapsed() for w in live):.1f} of {o.duration_s:g} s)")
+                return
+            if o.questions_every_s > 0 and o.language != "off":
+                for r in robots:
+                    w = watches[r.name]
+                    if w.elapsed() >= o.questions_every_s * (len(w.questions) + 1):
+                        future = mons[r.name].ask(o.question)
+                        if future is not None:
+                            w.questions.append(future)
+
+
+class _EpisodeError(RuntimeError):
+    pass
+
+
+def isolate_dds(domain_id: int | None = None) -> int:
+    """Localhost-only DDS on a random domain for this process and its children (before rclpy
+    initialises)."""
+    import random
+
+    domain = domain_id if domain_id is not None else random.SystemRandom().randint(1, 100)
+    os.environ.update(ROS_LOCALHOST_ONLY="1", ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                      ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+    return domain

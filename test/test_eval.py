@@ -1,0 +1,158 @@
+"""`oxygen eval` (tools/evaluation.py): the scorer on bags written here from the scripted
+expert's rollout (no node), and one real sim-time episode of the tiny model (its own node,
+sim and recorder processes over DDS) scored from its bag."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oxygen_ros.tools import evaluation as ev
+
+ROOT = Path(__file__).resolve().parents[1]
+START = 1.0          # sim time of the first frame, as the lock-step sim starts
+
+
+def test_seeds_interval_and_place_words():
+    """Seed ranges parse in order; training seeds are found; the Wilson interval matches its
+    textbook values; only the three place words count."""
+    assert ev.parse_seeds("900000-900002,5,900001") == [900000, 900001, 900002, 5]
+    assert ev.training_seeds_in([999, 1000, 1999, 2000]) == [1000, 1999]
+    lo, hi = ev.wilson(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-4) and hi == pytest.approx(0.9433, abs=1e-4)
+    assert ev.wilson(0, 0) is None
+    assert ev.named_places("The cube is in the Bowl.") == {"bowl"}
+    assert ev.named_places("from the table to the gripper") == {"table", "gripper"}
+    assert ev.named_places("tablecloth, bowling") == set()
+
+
+@pytest.fixture(scope="module")
+def expert_rollout():
+    """The scripted expert's episode on seed 3 and the ground truth at each frame."""
+    from oxygen_ros.tools import scripted_expert as se
+    from oxygen_ros.tools.panda_world import PandaWorld
+
+    frames = []
+    with PandaWorld() as world:
+        def on_frame(step, t, chunk, phase):
+            frames.append((step, START + t, {k: v[0].copy() for k, v in world.frames().items()}))
+
+        episode = se.rollout(world, 3, on_frame=on_frame)
+        frames.append((len(frames), START + episode.duration_s,
+                       {k: v[0].copy() for k, v in world.frames().items()}))
+    return episode, frames
+
+
+def _expert_bag(path: Path, frames, wrong_every: int = 0, frames_limit: int | None = None):
+    """Write what the node and the sim would publish over the expert's rollout: /tf (cube,
+    bowl, gripper) at every frame, FrameTiming per frame (its observation stamp) and a finished
+    narration every 10 frames naming the true place (every `wrong_every`-th: a wrong one)."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from oxygen_ros.tools.bag_types import typestore
+    from oxygen_ros.tools.cube_place import place
+
+    frames = frames[:frames_limit]
+    store = typestore()
+    M = store.types
+
+    def stamp(t):
+        sec = int(t)
+        return M["builtin_interfaces/msg/Time"](sec=sec, nanosec=int(round((t - sec) * 1e9)))
+
+    def header(t):
+        return M["std_msgs/msg/Header"](stamp=stamp(t), frame_id="")
+
+    said = []
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        tf = w.add_connection("/tf", "tf2_msgs/msg/TFMessage", typestore=store)
+        timing = w.add_connection("/frame_timing", "oxygen_msgs/msg/FrameTiming", typestore=store)
+        text = w.add_connection("/narration", "oxygen_msgs/msg/TextChunk", typestore=store)
+        for i, t, poses in frames:
+            ts = [M["geometry_msgs/msg/TransformStamped"](
+                header=M["std_msgs/msg/Header"](stamp=stamp(t), frame_id="world"), child_frame_id=name,
+                transform=M["geometry_msgs/msg/Transform"](
+                    translation=M["geometry_msgs/msg/Vector3"](x=float(p[0]), y=float(p[1]), z=float(p[2])),
+                    rotation=M["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0)))
+                for name, p in poses.items()]
+            w.write(tf, int(t * 1e9), store.serialize_cdr(M["tf2_msgs/msg/TFMessage"](transforms=ts), tf.msgtype))
+            msg = M["oxygen_msgs/msg/FrameTiming"](
+                header=header(t + 0.05), frame_index=i, observation_stamp=stamp(t), prefill_ms=0.0, action_ms=0.0,
+                admit_ms=0.0, decode_ms=0.0, total_ms=50.0, decode_steps=0, live_requests=0, queued_requests=0,
+                tokens_emitted=0, period_ms=100.0, deadline_missed=False, kv_bytes_in_use=0, chunk_ms=0.0,
+                chunk_latency_ms=0.0, points_dropped=0, rtc_delay_steps=0, expert_names=[],
+                expert_action_ms=np.zeros(0, np.float32))
+            w.write(timing, int((t + 0.05) * 1e9), store.serialize_cdr(msg, timing.msgtype))
+            if i % 10 == 0:
+                truth = place(poses["cube"], poses["bowl"], poses["gripper"])
+                wrong = wrong_every and (len(said) + 1) % wrong_every == 0
+                word = {"table": "bowl", "gripper": "table", "bowl": "gripper"}[truth] if wrong else truth
+                said.append(not wrong)
+                chunk = M["oxygen_msgs/msg/TextChunk"](
+                    header=header(t + 0.3), stream="narration", request_id=len(said), start_frame=i,
+                    delta="", token_count=7, done=True, full_text=f"The cube is on the {word}.")
+                w.write(text, int((t + 0.3) * 1e9), store.serialize_cdr(chunk, text.msgtype))
+    return said
+
+
+def test_scorer_on_the_scripted_experts_bag(tmp_path, expert_rollout):
+    """The expert's rollout, published as node and sim would, scores as a success with its
+    narrations judged at their frames' observation stamps; cut before the drop, or a bag
+    that ends before it, scores as a failure."""
+    episode, frames = expert_rollout
+    said = _expert_bag(tmp_path / "ok", frames, wrong_every=4)
+    assert episode.success
+    s = ev.score_bag(tmp_path / "ok")
+    assert s["success"] and s["final_place"] == "bowl"
+    assert [p["place"] for p in s["places"]] == ["table", "gripper", "bowl"]
+    assert 0 < s["time_to_success_s"] < s["length_s"]
+    assert s["narrations"] == len(said) and s["narrations_right"] == sum(said) < len(said)
+    assert {j["place"] for j in s["narration_samples"]} == {"table", "gripper", "bowl"}
+    assert s["repeated_observation_frames"] == 0
+
+    cut = ev.score_bag(tmp_path / "ok", end_s=s["time_to_success_s"] - 0.5)
+    assert not cut["success"] and cut["final_place"] != "bowl"
+
+    _expert_bag(tmp_path / "short", frames, frames_limit=30)
+    short = ev.score_bag(tmp_path / "short")
+    assert not short["success"] and short["final_place"] in ("table", "gripper")
+
+    result = {"per_robot": {"robot": ev.summarize([{**s, "wall_s": 1.0}, {**short, "wall_s": 1.0}])}}
+    assert result["per_robot"]["robot"]["successes"] == 1
+    assert "1/2 50.0%" in ev.format_table(result)
+
+
+def test_eval_refuses_training_seeds(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "oxygen_ros.cli", "eval", "--params", "config/tiny.yaml",
+                          "--seeds", "1998-2001", "--out", str(tmp_path / "e")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "training seeds" in out.stdout, out.stdout + out.stderr
+    assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.ros
+def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
+    """A real episode: node, lock-step sim and recorder over DDS; the bag is scored against
+    /tf (random weights: the cube stays on the table), and the tiny model's narrations are
+    judged from real TextChunk / FrameTiming messages."""
+    from ros_helpers import peer_env
+
+    out = tmp_path / "eval"
+    proc = subprocess.run([sys.executable, "-m", "oxygen_ros.cli", "eval", "--params", "config/tiny.yaml",
+                           "--seeds", "900000", "--clock", "sim", "--duration", "1.5", "--rate", "3",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env=peer_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[1/1] seed 900000: failure (ends on the table)" in proc.stdout, proc.stdout
+    r = json.loads((out / "eval.json").read_text())
+    e = r["episodes"][0]
+    assert r["clock"] == "sim" and r["sim_period_s"] == pytest.approx(0.1)
+    assert not e.get("error") and e["success"] is False and e["final_place"] == "table"
+    assert e["length_s"] == pytest.approx(1.5, abs=0.11)       # sim time, cut at the duration
+    assert e["frames"] >= 15 and e["tf_messages"] > 0
+    assert e["narrations"] >= 1 and e["narration_samples"][0]["place"] == "table"
+    assert r["overall"]["success_wilson95"][0] == 0.0
+    sim_log = (out / "episode-000" / "logs" / "sim.log").read_text()
+    assert "sim: lockstep:" in sim_log
