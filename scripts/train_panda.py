@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Train the smol-panda profile on the Panda demonstrations (docs/training.md).
+
+  scripts/train_panda.py stage1  [--root out/train/panda] [--demos out/demos] [--steps N]
+  scripts/train_panda.py kvcache [--root ...] [--demos ...]        # stage 2's prefix K/V, once
+  scripts/train_panda.py stage2  [--root ...] [--steps N]
+  scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
+  scripts/train_panda.py narrate [--root ...] [--frames N]          # held-out narration accuracy
+
+Every stage resumes from its run directory (<root>/stage1, <root>/stage2) when rerun.
+Hyper-parameters and seeds: oxygen_ros/engine/models/smol_panda/training/hparams.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["stage1", "kvcache", "stage2", "export", "narrate"])
+    ap.add_argument("--root", default="out/train/panda", help="run directory (default out/train/panda)")
+    ap.add_argument("--demos", default="out/demos", help="demonstration shards (default out/demos)")
+    ap.add_argument("--steps", type=int, default=None, help="total steps of the stage (default: hparams.py)")
+    ap.add_argument("--out", default=None, help="export: checkpoint directory (default <root>/checkpoint)")
+    ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
+    args = ap.parse_args(argv)
+    root, demos = Path(args.root), Path(args.demos)
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    from oxygen_ros.engine.models.smol_panda.training import stage1
+
+    if args.command == "stage1":
+        stage1.train(root, demos, args.steps)
+    elif args.command == "narrate":
+        from oxygen_ros.engine.models.smol_panda.training.evaluate import narration_report
+        narration_report(root, demos, args.frames)
+    elif args.command == "kvcache":
+        from oxygen_ros.engine.models.smol_panda.training import kv_cache
+        kv_cache.build(root, demos)
+    elif args.command == "stage2":
+        from oxygen_ros.engine.models.smol_panda.training import stage2
+        stage2.train(root, args.steps)
+    elif args.command == "export":
+        from oxygen_ros.engine.models.smol_panda.training import export
+        export.export(root, Path(args.out) if args.out else root / "checkpoint")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
