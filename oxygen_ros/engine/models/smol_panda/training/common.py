@@ -29,11 +29,13 @@ def io_dir(root: Path) -> Path:
     return Path(root) / "io"
 
 
-def ensure_io(root: Path, demos: Demos, tok, cfg=SMOL_PANDA):
+def ensure_io(root: Path, demos: Demos | None, tok, cfg=SMOL_PANDA):
     """The statistics (from the training episodes present when the first stage starts) and
     config, written once as a checkpoint skeleton; the PolicyIO read back from it."""
     d = io_dir(root)
     if not (d / "config.json").exists():
+        if demos is None:
+            raise FileNotFoundError(f"{d} has no statistics yet: run stage1 first")
         stats = compute_stats(demos.episodes)
         write_checkpoint(d, {}, stats, {**checkpoint_config(cfg), "stats_episodes": len(demos.episodes)})
     return policy_io(d, tok, cfg)

@@ -1,0 +1,131 @@
+"""Stage 2's inputs, computed once: each chosen frame's prefix K/V from the frozen backbone
+with stage 1's image encoder (knowledge insulation: nothing upstream of the expert changes
+in stage 2, so the prefix of a frame never changes either).
+
+<root>/kv/<split>/: kv.f16 (memory map, [N, 2, depth, kv_heads, max_len, head_dim], K then V,
+rotary already applied as the engine's pool holds them), lengths.npy (valid prefix tokens),
+actions.npy ([N, H, D] in model space: the checkpoint's PolicyIO.model_actions), meta.json.
+Resumable: meta.json counts the frames written."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from ..configuration import SMOL_PANDA
+from . import hparams as H
+from .common import ensure_io, frame_inputs, training_model
+from .data import Demos
+
+
+def choose_frames(demos: Demos, stride: int, max_frames: int, seed: int) -> np.ndarray:
+    """Every stride-th frame of each episode (offset by its seed, so every phase is covered),
+    a seeded random subset of at most max_frames, in storage order."""
+    picks = [i for i, (e, t) in enumerate(demos.frames) if (t + demos.episodes[e].seed) % stride == 0]
+    picks = np.array(picks, dtype=np.int64)
+    if len(picks) > max_frames:
+        picks = np.sort(np.random.default_rng(seed).choice(picks, max_frames, replace=False))
+    return picks
+
+
+def stage1_model(root: Path, cfg=SMOL_PANDA):
+    model, tok = training_model(cfg)
+    state = torch.load(Path(root) / "stage1" / "state.pt", map_location="cpu", weights_only=False)
+    model.vision.load_state_dict(state["vision"])
+    return model.eval(), tok, state["step"]
+
+
+class KVStore:
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self.meta = json.loads((self.dir / "meta.json").read_text())
+        n, shape = self.meta["frames"], tuple(self.meta["shape"])
+        self.kv = np.memmap(self.dir / "kv.f16", dtype=np.float16, mode="r", shape=(n, *shape))
+        self.lengths = np.load(self.dir / "lengths.npy")
+        self.actions = np.load(self.dir / "actions.npy")
+        self.done = self.meta["done"]
+
+    def batch(self, idx: np.ndarray):
+        """(K, V) as float32 [depth][B, kv_heads, max_len, head_dim] lists, lengths [B], actions [B, H, D]."""
+        kv = torch.from_numpy(np.ascontiguousarray(self.kv[np.sort(idx)])).float()   # sorted: sequential reads
+        order = np.argsort(np.argsort(idx))
+        kv = kv[torch.from_numpy(order)]
+        idx = np.asarray(idx)
+        ks, vs = kv[:, 0].unbind(1), kv[:, 1].unbind(1)
+        return list(ks), list(vs), torch.from_numpy(self.lengths[idx].astype(np.int64)), \
+            torch.from_numpy(self.actions[idx]).float()
+
+
+def build_split(root: Path, demos: Demos, frames: np.ndarray, out: Path, model, tok, io, batch: int = 8):
+    cfg = model.cfg
+    bb = cfg.backbone
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / "meta.json"
+    prompts = [io.prompt_tokens(H.INSTRUCTION, demos.episodes[demos.frames[i][0]].state[demos.frames[i][1]])
+               for i in frames]
+    images = len(H.CAMERAS) * cfg.vision.tokens_per_image
+    max_len = images + max(len(p) for p in prompts)
+    shape = (2, bb.depth, bb.num_kv_heads, max_len, bb.head_dim)
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta["frames"] != len(frames) or tuple(meta["shape"]) != shape:
+            raise RuntimeError(f"{out} holds another selection ({meta['frames']} frames, {meta['shape']}): delete it")
+    else:
+        meta = {"frames": len(frames), "shape": list(shape), "done": 0, "seconds": 0.0,
+                "frame_index": [[int(demos.episodes[demos.frames[i][0]].seed), int(demos.frames[i][1])] for i in frames]}
+        np.save(out / "lengths.npy", np.array([images + len(p) for p in prompts], np.int16))
+        acts = []
+        for i in frames:
+            ep = demos.episodes[demos.frames[i][0]]
+            t = demos.frames[i][1]
+            acts.append(io.model_actions(ep.actions[t], ep.state[t]))
+        np.save(out / "actions.npy", np.stack(acts).astype(np.float32))
+        np.memmap(out / "kv.f16", dtype=np.float16, mode="w+", shape=(len(frames), *shape)).flush()
+        meta_path.write_text(json.dumps(meta))
+    kv = np.memmap(out / "kv.f16", dtype=np.float16, mode="r+", shape=(len(frames), *shape))
+    t0, start = time.time(), meta["done"]
+    for lo in range(start, len(frames), batch):
+        idx = frames[lo:lo + batch]
+        with torch.inference_mode():
+            pix, pr, _ = frame_inputs(demos, idx, io)
+            img = model.vision(pix).reshape(len(idx), images, -1)
+            length = max(len(p) for p in pr)
+            ids = torch.tensor([p + [0] * (length - len(p)) for p in pr])
+            x = torch.cat([img, model.backbone.embed(ids)], dim=1)
+            t = x.shape[1]
+            pool = SimpleNamespace(k=[torch.zeros(len(idx), bb.num_kv_heads, t, bb.head_dim) for _ in range(bb.depth)],
+                                   v=[torch.zeros(len(idx), bb.num_kv_heads, t, bb.head_dim) for _ in range(bb.depth)])
+            # causal and right-padded: each frame's K/V are what its own prefill writes
+            model.backbone(x, torch.arange(t)[None].expand(len(idx), t), pool, slice(0, len(idx)), 0, t,
+                           torch.ones(t, t, dtype=torch.bool).tril()[None, None])
+            block = torch.stack([torch.stack(pool.k, 1), torch.stack(pool.v, 1)], 1)   # [B, 2, depth, kvh, t, d]
+        kv[lo:lo + len(idx), :, :, :, :t] = block.half().numpy()
+        meta["done"] = lo + len(idx)
+        if (lo // batch) % 25 == 0 or meta["done"] == len(frames):
+            kv.flush()
+            meta["seconds"] += time.time() - t0
+            t0 = time.time()
+            meta_path.write_text(json.dumps(meta))
+            rate = (meta["done"] - start) / max(meta["seconds"], 1e-9) if start == 0 else float("nan")
+            print(f"kv {out.name}: {meta['done']}/{len(frames)} frames  {rate:.2f} frames/s", flush=True)
+    kv.flush()
+    meta_path.write_text(json.dumps(meta))
+
+
+def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA):
+    hp = hp or H.Stage2()
+    torch.set_num_threads(hp.threads)
+    model, tok, step = stage1_model(root, cfg)
+    train_set, held = Demos(demo_dir, "train"), Demos(demo_dir, "held_out")
+    io = ensure_io(root, train_set, tok, cfg)
+    print(f"kv cache from stage 1 step {step}: {len(train_set.episodes)} training episodes, "
+          f"{len(held.episodes)} held out", flush=True)
+    kv_root = Path(root) / "kv"
+    val = choose_frames(held, hp.frame_stride, 600, hp.seed)
+    build_split(root, held, val, kv_root / "val", model, tok, io)
+    tr = choose_frames(train_set, hp.frame_stride, hp.max_frames, hp.seed)
+    build_split(root, train_set, tr, kv_root / "train", model, tok, io)

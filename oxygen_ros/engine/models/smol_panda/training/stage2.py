@@ -1,0 +1,92 @@
+"""Stage 2 (knowledge insulation): only the action expert learns, by flow matching on the
+prefix K/V stored once per frame (kv_cache.py); the backbone and stage 1's image encoder
+stay as they are, so no gradient reaches them and no prefix is recomputed."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ....layers.blocks import Rope
+from ...pi05.expert import ActionExpert
+from ..configuration import SMOL_PANDA
+from . import hparams as H
+from .flow import flow_loss, sample, zero_init
+from .kv_cache import KVStore
+from .run import Run, lr_at
+
+
+def new_expert(cfg=SMOL_PANDA, seed: int = 2):
+    """The engine's pi0.5 expert class, seeded, adaLN-Zero."""
+    torch.manual_seed(seed)
+    expert = ActionExpert(cfg.expert, cfg.backbone)
+    zero_init(expert)
+    return expert
+
+
+def evaluate(expert, rope, store: KVStore, steps: int, n: int = 64) -> dict:
+    """Held-out frames: flow loss at fixed noise / times, and the sampled chunk's error
+    (model space, and the first point's) against the demonstration."""
+    idx = np.arange(min(n, store.done))
+    ks, vs, lengths, actions = store.batch(idx)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        fl = flow_loss(expert, rope, actions, ks, vs, lengths, gen).item()
+        noise = torch.randn(actions.shape, generator=torch.Generator().manual_seed(1))
+        pred = sample(expert, rope, noise, ks, vs, lengths, steps)
+    err = (pred - actions).abs()
+    return {"val_flow": fl, "val_mae": err.mean().item(), "val_mae_first": err[:, 0].mean().item()}
+
+
+def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=SMOL_PANDA):
+    hp = hp or H.Stage2()
+    if steps is not None:
+        hp.steps = steps
+    torch.set_num_threads(hp.threads)
+    root = Path(root)
+    store, val = KVStore(root / "kv" / "train"), KVStore(root / "kv" / "val")
+    if store.done < store.meta["frames"]:
+        print(f"warning: the K/V store holds {store.done}/{store.meta['frames']} frames; training on those", flush=True)
+    run = Run(root / "stage2", {"stage2": vars(hp), "cfg": cfg.name, "frames": store.done}, hp.steps)
+    expert = new_expert(cfg, hp.seed)
+    expert.train()
+    rope = Rope(cfg.backbone.head_dim, cfg.backbone.rope_theta, 1024)
+    opt = torch.optim.AdamW(expert.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+    state = run.resume()
+    if state:
+        expert.load_state_dict(state["expert"])
+        opt.load_state_dict(state["opt"])
+        print(f"resumed at step {state['step']}", flush=True)
+    print(f"stage 2: {store.done} frames of prefix K/V (max_len {store.meta['shape'][3]}), "
+          f"expert {sum(p.numel() for p in expert.parameters()) / 1e6:.1f}M parameters", flush=True)
+    step = run.step0
+    while step < hp.steps:
+        gen = np.random.default_rng([hp.seed, step])
+        tgen = torch.Generator().manual_seed(hp.seed * 1_000_003 + step)
+        torch.manual_seed(hp.seed * 1_000_003 + step)          # Beta's sampler draws from the global RNG
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
+        t0 = time.time()
+        ks, vs, lengths, actions = store.batch(gen.integers(0, store.done, hp.batch))
+        t_data = time.time() - t0
+        loss = flow_loss(expert, rope, actions, ks, vs, lengths, tgen, hp.time_beta)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(expert.parameters(), hp.grad_clip)
+        opt.step()
+        step += 1
+        run.log({"kind": "step", "step": step, "time": time.time(), "flow": loss.item(), "data_s": t_data})
+        if step % 10 == 0 or step == run.step0 + 1:
+            run.progress(step, {"flow": loss.item()}, f"(data {t_data:.2f} s)")
+        if step % hp.checkpoint_every == 0 or step == hp.steps:
+            run.save({"step": step, "expert": expert.state_dict(), "opt": opt.state_dict()})
+            run.plot("stage 2: flow matching of the action expert on stored prefix K/V")
+        if (step % hp.eval_every == 0 or step == hp.steps) and val.done:
+            expert.eval()
+            ev = evaluate(expert, rope, val, cfg.expert.denoise_steps)
+            expert.train()
+            run.log({"kind": "eval", "step": step, "time": time.time(), **ev})
+            print(f"  eval @ {step}: {ev}", flush=True)
+    return run

