@@ -60,8 +60,8 @@ def inject(rt) -> None:
 _init = frame_loop.FrameLoop.__init__
 
 
-def _faulty_init(self, node, serving, stop):
-    _init(self, node, serving, stop)
+def _faulty_init(self, serving, *args, **kwargs):
+    _init(self, serving, *args, **kwargs)
     inject(serving.robots[ROBOT])
 
 

@@ -1,9 +1,12 @@
 """The package's import rules (docs/engine.md "Rooms"; docs/models.md "Adding a model family").
 
-Read from the source with ast, imports inside functions included (a lazy import is still an
-arrow; only `if TYPE_CHECKING:` blocks, which never run, are left out): no circles; a family imports only the families it declares as bases in the registry;
-the shared rooms (the engine outside models/, layers/ included) import no family; nothing
-outside the engine (node, tools, commands) imports a family: they go through the registry.
+Read from the source with ast, every import included: inside functions (a lazy import is
+still an arrow) and under `if TYPE_CHECKING:` (an import for type hints ties two rooms as
+much as one that runs): no circles; no module of the node but its entry point imports
+oxygen_node (its parts take what they use, node/runtime.py); a family imports only the
+families it declares as bases in the registry; the shared rooms (the engine outside models/,
+layers/ included) import no family; nothing outside the engine (node, tools, commands)
+imports a family: they go through the registry.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def _targets(module: str, path: Path) -> set[str]:
     """The package modules `module` imports anywhere in its file (the most specific module
     each import names: `from pkg import submodule` is an arrow to the submodule)."""
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -57,18 +60,6 @@ def _targets(module: str, path: Path) -> set[str]:
             if name and name != module:
                 found.add(name)
     return found
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node of the tree but those under `if TYPE_CHECKING:` (annotations only)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
 
 
 GRAPH = {m: _targets(m, p) for m, p in MODULES.items()}
@@ -86,6 +77,14 @@ def test_the_graph_is_read():
     assert "oxygen_ros.engine.models.qwen3vl.modeling" in GRAPH["oxygen_ros.engine.models.xr0.configuration"]
     # lazy, inside a function
     assert "oxygen_ros.engine.registry" in GRAPH["oxygen_ros.node.params"]
+
+
+def test_imports_for_type_hints_count(tmp_path):
+    """An import under `if TYPE_CHECKING:` is an arrow too (it ties the two rooms all the same)."""
+    source = tmp_path / "part.py"
+    source.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                      "    from .oxygen_node import OxygenNode\n")
+    assert _targets("oxygen_ros.node.part", source) == {"oxygen_ros.node.oxygen_node"}
 
 
 def test_no_import_circles():
@@ -116,6 +115,13 @@ def test_no_import_circles():
         if v not in index:
             visit(v)
     assert not circles, f"import circles: {circles}"
+
+
+def test_only_the_entry_point_imports_the_node():
+    """The node's parts take narrow doors (node/runtime.py), never the node itself."""
+    node = "oxygen_ros.node.oxygen_node"
+    wrong = [m for m, targets in GRAPH.items() if node in targets and m != "oxygen_ros.node.__main__"]
+    assert not wrong, f"import {node}: {wrong}"
 
 
 def test_families_import_only_their_declared_bases():

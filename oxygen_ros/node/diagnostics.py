@@ -1,15 +1,15 @@
 """The node's /diagnostics: control loop, inputs, language and robot time, one DiagnosticStatus each.
 
-`publish` gathers the runtime's figures on the diagnostics timer; `build` makes the message.
+`Diagnostics`, the timer's callback, asks each robot's parts for their figures; `build` makes the message.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-if TYPE_CHECKING:
-    from .oxygen_node import OxygenNode
+from .expert_outputs import rtc_figures
+from .runtime import Runtime, Serving
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 
@@ -92,43 +92,37 @@ def build(node_name: str, stamp, state: str, model: str, loop: dict, inputs, cou
     return arr
 
 
-def publish(node: OxygenNode) -> None:
-    """The diagnostics timer's callback: the runtime figures of every robot the node
-    serves on /diagnostics (a fleet robot's statuses named NODE/ROBOT: ...)."""
-    serving = node.serving
-    if serving is None:             # cleaned up while the timer fired
-        return
-    arr = None
-    for rt in list(serving.robots.values()):
-        one = _robot(node, serving, rt)
-        if arr is None:
-            arr = one
-        else:
-            arr.status.extend(one.status)
-    if arr is not None:
-        serving.diag_pub.publish(arr)
+class Diagnostics:
+    """The diagnostics timer's callback: the figures of every robot the node serves on
+    /diagnostics (a fleet robot's statuses named NODE/ROBOT: ...)."""
 
+    def __init__(self, serving: Callable[[], Serving | None], node_name: str, clock, state: Callable[[], str]):
+        """serving() -> what configure built (None once cleaned up: the timer may still fire);
+        clock: the node's; state() -> its lifecycle state."""
+        self._serving, self._name, self._clock, self._state = serving, node_name, clock, state
 
-def _robot(node: OxygenNode, serving, rt) -> DiagnosticArray:
-    engine = rt.engine
-    language = {
-        "live_requests": rt.stats.last.get("live_requests", 0),
-        "queued_requests": rt.stats.last.get("queued_requests", 0),
-        "kv_bytes_in_use": rt.stats.last.get("kv_bytes_in_use", 0),
-        "kv_bytes_total": engine.pool.bytes_total,
-        **rt.language.figures(),
-        "clock_jumps": rt.monitor.clock_jumps,
-    }
-    robot_time = rt.robot_time.diagnostics()
-    if rt.robot_time.rtc.enabled:
-        for e in rt.experts:        # each further expert's own RTC planner
-            robot_time["values"].update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay,
-                                         f"rtc_guided_chunks:{e.name}": e.rtc.guided_chunks,
-                                         f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks,
-                                         f"rtc_input_gaps:{e.name}": e.rtc.input_gaps,
-                                         f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
-    name = node.get_fully_qualified_name() + (f"/{rt.name}" if rt.name else "")
-    return build(
-        name, node.get_clock().now().to_msg(), node.lifecycle_state,
-        rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
-        rt.monitor.snapshot(), rt.monitor.counts(), language, serving.period_s, robot_time)
+    def __call__(self) -> None:
+        serving = self._serving()
+        if serving is None:             # cleaned up while the timer fired
+            return
+        arr = None
+        for rt in list(serving.robots.values()):
+            one = self._robot(serving, rt)
+            if arr is None:
+                arr = one
+            else:
+                arr.status.extend(one.status)
+        if arr is not None:
+            serving.diag_pub.publish(arr)
+
+    def _robot(self, serving: Serving, rt: Runtime) -> DiagnosticArray:
+        language = {**rt.stats.engine_figures(), "kv_bytes_total": rt.engine.pool.bytes_total,
+                    **rt.language.figures(), "clock_jumps": rt.monitor.clock_jumps}
+        robot_time = rt.robot_time.diagnostics()
+        if rt.robot_time.rtc.enabled:
+            robot_time["values"].update(rtc_figures(rt.experts))   # each further expert's own RTC planner
+        name = self._name + (f"/{rt.name}" if rt.name else "")
+        return build(
+            name, self._clock.now().to_msg(), self._state(),
+            rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
+            rt.monitor.snapshot(), rt.monitor.counts(), language, serving.period_s, robot_time)

@@ -109,3 +109,13 @@ def expert_positions(out: ExpertOutput, chunk: np.ndarray) -> tuple[np.ndarray, 
     """An expert's model chunk [H, action_dim] as joint positions [H, J], clipped into its
     limits; and how many values were clipped."""
     return out.joints.clip(out.io.actions(chunk))
+
+
+def rtc_figures(experts: list) -> dict:
+    """Each further expert's RTC planner figures, named by expert, for diagnostics."""
+    out = {}
+    for e in experts:
+        out.update({f"rtc_delay_steps:{e.name}": e.rtc.last_delay, f"rtc_guided_chunks:{e.name}": e.rtc.guided_chunks,
+                    f"rtc_plain_chunks:{e.name}": e.rtc.plain_chunks, f"rtc_input_gaps:{e.name}": e.rtc.input_gaps,
+                    f"rtc_delays_clamped:{e.name}": e.rtc.clamped})
+    return out

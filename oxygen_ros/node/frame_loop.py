@@ -15,17 +15,13 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..engine.policy_io import PolicyIOError
 from . import params as node_params
 from .frame_publisher import FramePublisher
 from .logs import LOG_THROTTLE_S
-from .recorder_wait import missing_recorders
+from .runtime import NodeDoors, Runtime, Serving
 from .tick_clock import TickClock
-
-if TYPE_CHECKING:
-    from .oxygen_node import OxygenNode, Runtime, Serving
 
 
 @dataclass
@@ -42,16 +38,17 @@ class RobotFrame:
 class FrameLoop:
     """One activation's loop: `run` is the inference thread's target, until `stop` is set."""
 
-    def __init__(self, node: OxygenNode, serving: Serving, stop: threading.Event):
-        self._node, self._serving, self._stop = node, serving, stop
+    def __init__(self, serving: Serving, stop: threading.Event, doors: NodeDoors):
+        self._serving, self._stop, self._doors = serving, stop, doors
         self._robots = serving.robots
-        self._publish = {name: FramePublisher(node, rt) for name, rt in self._robots.items()}
+        self._publish = {name: FramePublisher(rt, rt.pubs, doors.clock, lambda topic, r=name: doors.log_for(topic, r))
+                         for name, rt in self._robots.items()}
 
     def _log(self, rt: Runtime, topic: str):
-        return self._node.log_for(topic, rt.name)
+        return self._doors.log_for(topic, rt.name)
 
     def run(self) -> None:
-        serving, log = self._serving, self._node.log_for
+        serving, log = self._serving, self._doors.log_for
         robots = list(self._robots.values())
         if not self._await_recorders():
             return
@@ -65,7 +62,7 @@ class FrameLoop:
                 if ran:
                     self._check_rate(ran, time.monotonic() - start)
             except Exception as e:  # noqa: BLE001 - a failed frame never ends the loop
-                if self._stop.is_set() or not self._node.context.ok():   # shutting down (Ctrl-C)
+                if self._stop.is_set() or not self._doors.running():     # shutting down (Ctrl-C)
                     break
                 for rt in robots:
                     rt.stats.no_chunk(f"frame failed: {type(e).__name__}: {e}", error=True)
@@ -94,10 +91,10 @@ class FrameLoop:
         """Hold the activation's first frame until the `await_recorders` of every robot
         subscribe to its outputs (recorder_wait.py says why the recorder's own view is not
         enough); meanwhile each waiting robot is diagnosed once a period. False if stopped."""
-        missing = missing_recorders(self._node, self._robots.values())
+        missing = self._doors.missing_recorders(self._robots.values())
         if not missing:
             return True
-        log = self._node.log_for("recorders")
+        log = self._doors.log_for("recorders")
         gaps = [g for robot_gaps in missing.values() for g in robot_gaps]
         log.info(f"first frame waits for {gaps[0]}" + (f" and {len(gaps) - 1} more" if len(gaps) > 1 else ""))
         start = time.monotonic()
@@ -110,7 +107,7 @@ class FrameLoop:
                     self._robots[name].stats.no_chunk(f"waiting for {gaps[0]} (await_recorders)")
             if self._stop.wait(0.05):
                 return False
-            missing = missing_recorders(self._node, self._robots.values())
+            missing = self._doors.missing_recorders(self._robots.values())
         log.info(f"awaited recorders subscribed after {time.monotonic() - start:.2f} s: first frame")
         return True
 
@@ -141,8 +138,8 @@ class FrameLoop:
 
     def tick(self) -> set:
         """One frame; the robots it computed a chunk for (empty when inputs stopped them all)."""
-        node, serving = self._node, self._serving
-        now = node.get_clock().now()
+        serving = self._serving
+        now = self._doors.clock.now()
         tick_mono = time.monotonic()
         frames = {}
         for name, rt in self._robots.items():
@@ -190,7 +187,6 @@ class FrameLoop:
     def _prepare(self, rt: Runtime, now) -> RobotFrame | None:
         """A robot's observation for this frame, its requests handed to the engine; None
         (and the reason counted and logged) when its inputs cannot make one."""
-        node = self._node
         jump = rt.monitor.note_ros_time(now.nanoseconds)
         if jump < 0:
             self._log(rt, "clock").warning(
@@ -200,7 +196,7 @@ class FrameLoop:
             self._log(rt, "clock").warning(
                 f"ROS time jumped forward by {jump:.3f} s; the inputs received before it are that much older",
                 throttle_duration_sec=LOG_THROTTLE_S)
-        live = node_params.read(node, node_params.LIVE, robot=rt.name)   # live parameters apply from this frame
+        live = self._doors.read(node_params.LIVE, rt.name)   # live parameters apply from this frame
         rt.monitor.max_age_s = live["max_observation_age_s"]
         snap = rt.monitor.snapshot()
         if not snap.usable:
@@ -208,7 +204,7 @@ class FrameLoop:
             rt.stats.no_chunk(reason)
             self._log(rt, "inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
             return None
-        images = node.inputs.frame_images(rt, snap)
+        images = rt.inputs.frame_images(snap)
         if images is None:
             return None
         state = snap.values[rt.joint_input]

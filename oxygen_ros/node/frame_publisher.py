@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import TYPE_CHECKING
 
 from .chunk_plan import plan_chunk
 from .convert import frame_timing_msg, merge_deltas, text_chunk_msg, trajectory_msg
 from .expert_outputs import expert_positions
 from .logs import LOG_THROTTLE_S
-
-if TYPE_CHECKING:
-    from .oxygen_node import OxygenNode, Runtime
+from .runtime import Runtime
 
 
 class FramePublisher:
-    def __init__(self, node: OxygenNode, rt: Runtime):
-        self._node, self._rt = node, rt
+    def __init__(self, rt: Runtime, pubs: dict, clock, log):
+        """rt: the robot's state; pubs: its publishers by output (trajectory, trajectory:EXPERT,
+        timing, narration, memory, answer); clock: the node's; log(topic) -> the robot's logger."""
+        self._rt, self._pubs, self._clock, self._log = rt, pubs, clock, log
 
     def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> dict:
         """Publish the action chunk now, stamped at its observation's time; returns the
         figures FrameTiming carries."""
-        rt = self._rt
-        log = lambda topic: self._node.log_for(topic, rt.name)  # noqa: E731
+        rt, log = self._rt, self._log
         actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
         positions, clipped = rt.action_joints.clip(actions)
         if clipped:
@@ -38,7 +36,7 @@ class FramePublisher:
                 f"{clipped} of {len(positions)} chunk points clipped into the joint limits "
                 f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
         rtime = rt.robot_time
-        publish_now = self._node.get_clock().now()
+        publish_now = self._clock.now()
         obs_s, restamped = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
                                                   publish_now.nanoseconds / 1e9, time.monotonic() - tick_mono)
         if restamped:       # the ROS clock jumped, or the stamp is not on the node's clock
@@ -49,15 +47,15 @@ class FramePublisher:
         if expired:
             log("latency").error(expired, throttle_duration_sec=LOG_THROTTLE_S)
         else:
-            rt.pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
+            self._pubs["trajectory"].publish(trajectory_msg(rt.action_joints.names, planned,
                                                          None if restamped else obs_stamp_ns))
         for expert in rt.experts:       # the further experts' chunks, from the same observation
             positions, clipped = expert_positions(expert, chunk.expert_actions[expert.name])
             rt.clipped_points += clipped
-            now_s = self._node.get_clock().now().nanoseconds / 1e9
+            now_s = self._clock.now().nanoseconds / 1e9
             own = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
             if not own.empty:
-                rt.pubs[f"trajectory:{expert.name}"].publish(
+                self._pubs[f"trajectory:{expert.name}"].publish(
                     trajectory_msg(expert.joints.names, own, None if restamped else obs_stamp_ns))
                 expert.rtc.published(own.stamp_s, positions, max(0.0, now_s - obs_s))
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
@@ -70,7 +68,7 @@ class FramePublisher:
         rt = self._rt
         reason = f"{what} failed: {type(e).__name__}: {e}"
         rt.stats.fault(reason, chunk_lost)
-        self._node.log_for("faults", rt.name).error(
+        self._log("faults").error(
             f"{reason} ({rt.stats.robot_faults} fault(s) so far){'; no action chunk' if chunk_lost else ''}\n"
             f"{traceback.format_exc()}", throttle_duration_sec=LOG_THROTTLE_S)
 
@@ -80,9 +78,9 @@ class FramePublisher:
         ms = result.timings_ms
         missed = ms["total"] > rt.period_s * 1e3
         timing = frame_timing_msg(result, obs_stamp_ns, rt.period_s, **sent)
-        timing.header.stamp = self._node.get_clock().now().to_msg()
+        timing.header.stamp = self._clock.now().to_msg()
         try:
-            rt.pubs["timing"].publish(timing)
+            self._pubs["timing"].publish(timing)
         except Exception as e:  # noqa: BLE001 - the text and statistics still go out
             self.fault("publishing FrameTiming", e)
         self.text(result, timing.header.stamp)
@@ -95,9 +93,9 @@ class FramePublisher:
     def text(self, result, stamp=None) -> None:
         """The frame's text deltas (a fleet robot absent from the frame gets only these:
         its requests decode in every frame)."""
-        stamp = stamp or self._node.get_clock().now().to_msg()
+        stamp = stamp or self._clock.now().to_msg()
         for d in merge_deltas(result.deltas):
-            pub = self._rt.pubs.get(d.stream)
+            pub = self._pubs.get(d.stream)
             try:
                 if pub is not None:
                     pub.publish(text_chunk_msg(d, stamp))
@@ -113,9 +111,9 @@ class FramePublisher:
         rt = self._rt
         full = rt.language.finished(d)      # first: the stream may start its next request
         if d.error:
-            self._node.log_for(d.stream, rt.name).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
-                                                          throttle_duration_sec=LOG_THROTTLE_S)
+            self._log(d.stream).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
+                                        throttle_duration_sec=LOG_THROTTLE_S)
         if full:
-            self._node.log_for("memory", rt.name).info(
+            self._log("memory").info(
                 f"memory log full: the latest {rt.p['memory_log_size']} entries are kept (memory_log_size), "
                 "older ones are dropped", once=True)

@@ -59,6 +59,12 @@ class LoopStats:
         while self._frames and now - self._frames[0][0] > self.window_s:
             self._frames.popleft()
 
+    def engine_figures(self) -> dict:
+        """The latest frame's language figures from the engine."""
+        last = self.last
+        return {"live_requests": last.get("live_requests", 0), "queued_requests": last.get("queued_requests", 0),
+                "kv_bytes_in_use": last.get("kv_bytes_in_use", 0)}
+
     def snapshot(self) -> dict:
         with self._lock:
             now = self._clock()

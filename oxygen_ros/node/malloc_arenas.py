@@ -6,7 +6,8 @@ each arena keeps its own free fragments and the process's RSS creeps up with the
 soaks of the tiny profile at 10 Hz the node grew ~5 MB a minute with glibc's default and
 stayed flat with 2 arenas (307 -> 305 MB over 3 minutes, and 30 MB smaller). `limit` caps
 the arenas with mallopt before the threads start; OXYGEN_MALLOC_ARENAS overrides the
-count (0 keeps glibc's default). Not glibc (musl, macOS): nothing to do.
+count (0 keeps glibc's default); `trim` gives freed memory back after cleanup. Not glibc
+(musl, macOS): nothing to do.
 """
 from __future__ import annotations
 
@@ -35,3 +36,14 @@ def limit(default: int = DEFAULT_ARENAS) -> int | None:
         return None
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return arenas if mallopt(M_ARENA_MAX, arenas) == 1 else None
+
+
+def trim() -> None:
+    """Give the freed model back to the OS. glibc keeps freed memory in the malloc arena that
+    allocated it, and each configure runs on whichever executor thread takes it: smol's
+    ~0.75 GB stayed resident after cleanup, once per arena configure had used (RSS after
+    cleanup 1.1, 1.9, 1.9 GB in three cycles with the node's 2 arenas; 0.34-0.38 GB trimmed)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):     # not glibc: nothing to trim this way
+        pass

@@ -26,18 +26,17 @@ sampling over the robots whose inputs are usable, then one decode batch. One par
 of the same executable rather than a second one: the lifecycle, the services, the
 diagnostics and the launch files stay one, and a single robot is a fleet of one.
 
-This module keeps the lifecycle and what configure builds (Serving, a Runtime per robot);
-the rest, by concern:
-  frame_loop.py        the inference thread: one frame per tick, requests submitted
-  frame_publisher.py   a frame's action chunks, FrameTiming and text
-  sensor_inputs.py     the camera and joint-state callbacks
-  question_service.py  the ask_progress handler (its robot's engine/robot_language.py)
-  diagnostics.py       /diagnostics on its timer
+This module keeps the lifecycle and builds what configure makes (runtime.py: Serving, a
+Runtime per robot); each part gets what it uses, never the node:
+  frame_loop.py        the inference thread: one frame per tick (runtime.NodeDoors)
+  frame_publisher.py   a frame's action chunks, FrameTiming and text (its publishers, clock, logger)
+  sensor_inputs.py     a robot's camera and joint-state inputs (its subscriptions bind to it)
+  question_service.py  a robot's ask_progress (its Runtime and the lifecycle state, by getter)
+  diagnostics.py       /diagnostics on its timer (asks each part for its figures)
 """
 from __future__ import annotations
 
 import array
-import ctypes
 import faulthandler
 import gc
 import signal
@@ -46,7 +45,6 @@ import threading
 import time
 import traceback
 import weakref
-from dataclasses import dataclass, field
 from functools import partial
 
 import rclpy
@@ -57,7 +55,6 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
@@ -65,10 +62,12 @@ from trajectory_msgs.msg import JointTrajectory
 
 from ..engine.observation import ObservationError
 from ..engine.policy_io import PolicyIOError
-from . import diagnostics, malloc_arenas, memory_trace, qos, question_service
+from . import malloc_arenas, memory_trace, qos
 from . import params as node_params
 from .cameras import Camera, per_camera, transport_of
 from .convert import decoder
+from .executor_spin import GIL_SWITCH_INTERVAL_S, spin
+from .diagnostics import Diagnostics
 from .expert_outputs import expert_outputs
 from .frame_loop import FrameLoop
 from .input_monitor import InputMonitor
@@ -77,48 +76,14 @@ from .logs import ChildLoggers
 from ..fast_exit import exit_now
 from .loop_stats import LoopStats
 from ..engine.robot_language import RobotLanguage
+from .question_service import QuestionService
+from .recorder_wait import missing_recorders
 from .topic_names import robot_topic
 from .robot_time import RobotTime, check_rtc_mode, warm_up_rtc
+from .runtime import NodeDoors, Runtime, Serving
 from .sensor_inputs import SensorInputs
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
-
-
-@dataclass
-class Runtime:
-    """One robot's part of what on_configure creates and on_cleanup frees."""
-    name: str                          # the robot: "" for the node's own namespace, else a fleet's
-    p: dict
-    joints: JointSpace                 # the state's joints (read from joint states)
-    action_joints: JointSpace          # the joints the action dimensions drive; limits: the published envelope (action limits inside the joint limits)
-    policy: object                     # engine.policy_io LimitsIO | PolicyIO
-    model: object
-    tok: object
-    engine: object                     # OxygenEngine, or a fleet robot's RobotView of the FleetEngine
-    period_s: float
-    cameras: dict                      # input name (resolved topic) -> Camera (slot, transport, view)
-    joint_input: str
-    monitor: InputMonitor
-    stats: LoopStats
-    robot_time: RobotTime              # action rate, chunk stamping, RTC, rate check
-    language: RobotLanguage            # streams, memory log, questions and their estimate
-    pubs: dict = field(default_factory=dict)
-    subs: list = field(default_factory=list)
-    clipped_points: int = 0            # published chunk points clipped into the joint limits
-    experts: list = field(default_factory=list)   # node/expert_outputs.ExpertOutput per further expert
-
-
-@dataclass
-class Serving:
-    """What on_configure creates once for all the robots the node serves."""
-    model: object
-    tok: object
-    engine: object                     # OxygenEngine (one robot) or FleetEngine
-    frames: object                     # the frame API the loop drives: FleetEngine, or FleetOfOne
-    period_s: float
-    robots: dict = field(default_factory=dict)    # name -> Runtime, in the order of `robots`
-    timer: object = None
-    diag_pub: object = None
 
 
 class OxygenNode(LifecycleNode):
@@ -135,7 +100,6 @@ class OxygenNode(LifecycleNode):
         self._service_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
         self.log_for = ChildLoggers(self.get_logger())
-        self.inputs = SensorInputs(self)
         self._state = "unconfigured"
         self._serving: Serving | None = None
         self._thread: threading.Thread | None = None
@@ -152,8 +116,11 @@ class OxygenNode(LifecycleNode):
             self.get_logger().error(f"{problem} (the shared value is used; configure will fail)")
         # one ask_progress per robot: the node's own, or /ROBOT/ask_progress in a fleet
         for robot, name in ([(r, f"/{r}/ask_progress") for r in self.robots] or [("", "~/ask_progress")]):
-            self.create_service(AskProgress, name, partial(question_service.ask_progress, self, robot),
-                                qos_profile=qos.SERVICES, callback_group=self._service_group)
+            service = QuestionService(partial(self.runtime_of, robot), lambda: self._state,
+                                      partial(node_params.read, self, robot=robot),
+                                      self.log_for("ask_progress", robot))
+            self.create_service(AskProgress, name, service, qos_profile=qos.SERVICES,
+                                callback_group=self._service_group)
         # Ctrl-C / SIGTERM shut the context down: stop the control loop before it publishes
         self.context.on_shutdown(self._stop.set)
         # the robot's allow-list; None: every parameter may change under its own rule
@@ -275,7 +242,9 @@ class OxygenNode(LifecycleNode):
         # /diagnostics reports the lifecycle state too, so it is a plain publisher.
         serving.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.CONTROL)
         # on the steady clock: diagnostics keep coming when sim time stalls or jumps
-        serving.timer = self.create_timer(shared["diagnostics_period_s"], partial(diagnostics.publish, self),
+        diagnostics = Diagnostics(lambda: self._serving, self.get_fully_qualified_name(), self.get_clock(),
+                                  lambda: self._state)
+        serving.timer = self.create_timer(shared["diagnostics_period_s"], diagnostics,
                                           callback_group=self._diag_group,
                                           clock=Clock(clock_type=ClockType.STEADY_TIME))
         return serving
@@ -356,13 +325,15 @@ class OxygenNode(LifecycleNode):
         if p["publish_camera_views"]:
             rt.pubs.update({f"view:{c.slot}": publisher(Image, resolve(f"~/camera_view/{c.slot}"), qos.SENSOR)
                             for c in cameras.values()})
+        # the subscriptions bind to the robot's inputs, not to the node: no lookup per message
+        rt.inputs = inputs = SensorInputs(cameras, joint_input, joints.names, rt.monitor, rt.stats, self.get_clock(),
+                                          self.log_for, {c.slot: rt.pubs[f"view:{c.slot}"] for c in cameras.values()
+                                                         if f"view:{c.slot}" in rt.pubs})
         for name, cam in cameras.items():
             rt.subs.append(self.create_subscription(
-                cam.message_type, name, lambda msg, n=name: self.inputs.on_image(robot, n, msg), qos.SENSOR,
-                callback_group=self._sensor_group))
+                cam.message_type, name, partial(inputs.on_image, name), qos.SENSOR, callback_group=self._sensor_group))
         rt.subs.append(self.create_subscription(
-            JointState, joint_input, partial(self.inputs.on_joint_state, robot), qos.SENSOR,
-            callback_group=self._sensor_group))
+            JointState, joint_input, inputs.on_joint_state, qos.SENSOR, callback_group=self._sensor_group))
         return rt
 
     @staticmethod
@@ -386,7 +357,10 @@ class OxygenNode(LifecycleNode):
             for expert in rt.experts:
                 expert.rtc.reset()
         self._state = "active"
-        self._thread = threading.Thread(target=FrameLoop(self, self._serving, self._stop).run,
+        doors = NodeDoors(clock=self.get_clock(), log_for=self.log_for,
+                          read=lambda names, robot: node_params.read(self, names, robot=robot),
+                          running=self.context.ok, missing_recorders=partial(missing_recorders, self))
+        self._thread = threading.Thread(target=FrameLoop(self._serving, self._stop, doors).run,
                                         name="oxygen_control", daemon=True)
         self._thread.start()
         replanning = next(iter(self._serving.robots.values())).robot_time.replanning_text
@@ -453,6 +427,8 @@ class OxygenNode(LifecycleNode):
         if serving.timer is not None:
             self.destroy_timer(serving.timer)
         for rt in serving.robots.values():
+            if rt.inputs is not None:
+                rt.inputs.close()
             for sub in rt.subs:
                 self.destroy_subscription(sub)
             for pub in rt.pubs.values():
@@ -471,7 +447,7 @@ class OxygenNode(LifecycleNode):
         while alive() is not None and time.monotonic() < end:
             time.sleep(0.01)
             gc.collect()
-        _trim_heap()
+        malloc_arenas.trim()
         if device is not None and device.type == "cuda":
             import torch
 
@@ -482,40 +458,6 @@ def _short(value, limit: int = 200) -> str:
     """A parameter value for a log line, cut to `limit` characters."""
     text = repr(list(value) if isinstance(value, array.array) else value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def _trim_heap() -> None:
-    """Give the freed model back to the OS. glibc keeps freed memory in the malloc arena that
-    allocated it, and each configure runs on whichever executor thread takes it: smol's
-    ~0.75 GB stayed resident after cleanup, once per arena configure had used (RSS after
-    cleanup 1.1, 1.9, 1.9 GB in three cycles with the node's 2 arenas; 0.34-0.38 GB trimmed)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):     # not glibc: nothing to trim this way
-        pass
-
-
-# The executor's Python work (wait sets, callbacks) and the inference thread share the
-# GIL. The inference thread releases it around every torch op, and with the default
-# 5 ms switch interval each release can cost it up to 5 ms (hundreds per frame).
-GIL_SWITCH_INTERVAL_S = 0.0002
-
-
-def spin(executor: MultiThreadedExecutor) -> None:
-    """executor.spin(), surviving rclpy's race between a transition that destroys
-    entities (cleanup runs in a worker thread) and the executor thread building its wait
-    set from them: that spin raises InvalidHandle, and the next one rebuilds the set.
-    A signal that shuts the context down while the wait set is being built makes rclpy
-    raise RCLError ("context is not valid") instead of ExternalShutdownException: a
-    shutdown all the same (it made SIGTERM exit 1 about one time in three)."""
-    while executor.context.ok():
-        try:
-            executor.spin_once(timeout_sec=0.5)
-        except _rclpy.InvalidHandle:
-            continue
-        except _rclpy.RCLError:
-            if executor.context.ok():
-                raise
 
 
 # On a signal, the frame in progress gets this long to finish; then the process ends

@@ -7,14 +7,11 @@ the board the frame drains, the memory log, the estimate).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from . import params as node_params
 from ..engine.memory_log import PromptTooLong, question_problem
 from ..engine.questions import QuestionRejected
-
-if TYPE_CHECKING:
-    from .oxygen_node import OxygenNode
+from .runtime import Runtime
 
 STALL_CHECK_S = 0.25     # how often a waiting caller looks whether frames have stopped
 
@@ -34,7 +31,20 @@ def _frames_needed_s(rt, tokens: int) -> float:
     return e.frames * e.interval_s
 
 
-def ask_progress(node: OxygenNode, robot: str, request, response):
+class QuestionService:
+    """One robot's ask_progress: its callback is the service's."""
+
+    def __init__(self, runtime: Callable[[], Runtime | None], state: Callable[[], str],
+                 read: Callable[[list], dict], log):
+        """runtime() -> the robot's Runtime (None while unconfigured); state() -> the node's
+        lifecycle state; read(names) -> the robot's parameter values now; log: its logger."""
+        self.runtime, self.state, self.read, self.log = runtime, state, read, log
+
+    def __call__(self, request, response):
+        return ask_progress(self, request, response)
+
+
+def ask_progress(service: QuestionService, request, response):
     """Answer `request.question` from the robot's memory log, or fail with the reason."""
     t0 = time.monotonic()
 
@@ -42,20 +52,20 @@ def ask_progress(node: OxygenNode, robot: str, request, response):
         response.success, response.answer, response.error = not error, answer, error
         response.latency_s = time.monotonic() - t0
         if error:
-            node.log_for("ask_progress", robot).warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
+            service.log.warning(f"ask_progress: {error}", throttle_duration_sec=0.5)
         return response
 
     question = " ".join(request.question.split())
     problem = question_problem(question)
     if problem:
         return reply(error=problem)
-    rt = node.runtime_of(robot)
-    if rt is None or node.lifecycle_state != "active":
-        return reply(error=f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
+    rt = service.runtime()
+    if rt is None or service.state() != "active":
+        return reply(error=f"the node is {service.state()}, not active: activate it to ask questions")
     limit = rt.model.cfg.max_prompt_tokens
     if len(question) > 16 * limit:
         return reply(error=f"question too long: {len(question)} characters")
-    p = node_params.read(node, ["answer_prompt", "answer_max_tokens", "question_timeout_s"], robot)
+    p = service.read(["answer_prompt", "answer_max_tokens", "question_timeout_s"])
     timeout = request.timeout_s if request.timeout_s > 0 else p["question_timeout_s"]
     tokens = min(p["answer_max_tokens"], rt.engine.config.max_new_tokens)
     # queued only while the answer can be complete before the caller's deadline
@@ -68,8 +78,8 @@ def ask_progress(node: OxygenNode, robot: str, request, response):
         q = language.ask(p["answer_prompt"], question, tokens)
     except (PromptTooLong, QuestionRejected) as e:
         return reply(error=str(e))
-    if node.lifecycle_state != "active":          # deactivated meanwhile: nobody would answer
-        language.board.fail(q, f"the node is {node.lifecycle_state}, not active: activate it to ask questions")
+    if service.state() != "active":          # deactivated meanwhile: nobody would answer
+        language.board.fail(q, f"the node is {service.state()}, not active: activate it to ask questions")
     deadline = t0 + timeout
     while not q.event.wait(min(STALL_CHECK_S, max(0.0, deadline - time.monotonic()))):
         left = deadline - time.monotonic()

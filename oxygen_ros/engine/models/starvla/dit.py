@@ -5,14 +5,14 @@ formulas and sources these follow."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from .head import PIv3HeadConfig
+# The head's config (head.PIv3HeadConfig), read field by field: naming its class here would
+# tie this module back to head.py, which builds these blocks.
+HeadConfig = object
 
 
 # ---- the two sinusoids ------------------------------------------------------------
@@ -62,7 +62,7 @@ class MLP(nn.Module):
 
 
 class ActionEncoder(nn.Module):
-    def __init__(self, cfg: PIv3HeadConfig):
+    def __init__(self, cfg: HeadConfig):
         super().__init__()
         self.max_period = cfg.time_max_period
         self.layer1 = nn.Linear(cfg.action_dim, cfg.width)
@@ -97,7 +97,7 @@ class AdaLayerNorm(nn.Module):
 class Attention(nn.Module):
     """diffusers Attention(bias=True, out_bias=True) with SDPA, scale 1/sqrt(head_dim)."""
 
-    def __init__(self, cfg: PIv3HeadConfig, is_cross: bool):
+    def __init__(self, cfg: HeadConfig, is_cross: bool):
         super().__init__()
         self.is_cross = is_cross
         self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
@@ -161,7 +161,7 @@ class DiTBlock(nn.Module):
     """BasicTransformerBlock(norm_type="ada_norm"): the attention is cross when built
     with cross_attention_dim (it can still be run as self-attention, see DiT.forward)."""
 
-    def __init__(self, cfg: PIv3HeadConfig, built_cross: bool):
+    def __init__(self, cfg: HeadConfig, built_cross: bool):
         super().__init__()
         self.eps = cfg.norm_eps
         self.norm1 = AdaLayerNorm(cfg.width, 1e-5)      # AdaLayerNorm(dim): its default eps
@@ -189,7 +189,7 @@ class TimestepEmbedding(nn.Module):
 
 
 class TimestepEncoder(nn.Module):
-    def __init__(self, cfg: PIv3HeadConfig):
+    def __init__(self, cfg: HeadConfig):
         super().__init__()
         self.dim, self.shift, self.max_period = cfg.time_proj_dim, cfg.time_freq_shift, cfg.time_max_period
         self.timestep_embedder = TimestepEmbedding(cfg.time_proj_dim, cfg.width)
@@ -200,7 +200,7 @@ class TimestepEncoder(nn.Module):
 
 
 class DiT(nn.Module):
-    def __init__(self, cfg: PIv3HeadConfig):
+    def __init__(self, cfg: HeadConfig):
         super().__init__()
         self.timestep_encoder = TimestepEncoder(cfg)
         self.transformer_blocks = nn.ModuleList(DiTBlock(cfg, cfg.block_built_cross(i))
@@ -214,7 +214,7 @@ class DiT(nn.Module):
 class ActionModel(nn.Module):
     """LayerwiseFlowmatchingActionHead's parameters (checkpoint prefix `action_model.`)."""
 
-    def __init__(self, cfg: PIv3HeadConfig):
+    def __init__(self, cfg: HeadConfig):
         super().__init__()
         self.model = DiT(cfg)
         self.state_encoder = MLP(cfg.state_dim, cfg.state_hidden, cfg.width) if cfg.state_dim > 0 else None
