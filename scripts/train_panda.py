@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Train the smol-panda profile on the Panda demonstrations (docs/training.md).
 
-  scripts/train_panda.py stage1  [--root out/train/panda] [--demos out/demos] [--steps N]
+  scripts/train_panda.py stage1  [--root out/train/panda] [--demos out/demos] [--steps N] [--until N]
   scripts/train_panda.py kvcache [--root ...] [--demos ...]        # stage 2's prefix K/V, once
-  scripts/train_panda.py stage2  [--root ...] [--steps N]
+  scripts/train_panda.py stage2  [--root ...] [--steps N] [--until N]
   scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
   scripts/train_panda.py narrate [--root ...] [--frames N]          # held-out narration accuracy
 
@@ -26,6 +26,8 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default="out/train/panda", help="run directory (default out/train/panda)")
     ap.add_argument("--demos", default="out/demos", help="demonstration shards (default out/demos)")
     ap.add_argument("--steps", type=int, default=None, help="total steps of the stage (default: hparams.py)")
+    ap.add_argument("--until", type=int, default=None,
+                    help="stop at this step on the stage's full schedule (resume later to go on)")
     ap.add_argument("--out", default=None, help="export: checkpoint directory (default <root>/checkpoint)")
     ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
     args = ap.parse_args(argv)
@@ -34,7 +36,7 @@ def main(argv=None) -> int:
     from oxygen_ros.engine.models.smol_panda.training import stage1
 
     if args.command == "stage1":
-        stage1.train(root, demos, args.steps)
+        stage1.train(root, demos, args.steps, until=args.until)
     elif args.command == "narrate":
         from oxygen_ros.engine.models.smol_panda.training.evaluate import narration_report
         narration_report(root, demos, args.frames)
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
         kv_cache.build(root, demos)
     elif args.command == "stage2":
         from oxygen_ros.engine.models.smol_panda.training import stage2
-        stage2.train(root, args.steps)
+        stage2.train(root, args.steps, until=args.until)
     elif args.command == "export":
         from oxygen_ros.engine.models.smol_panda.training import export
         export.export(root, Path(args.out) if args.out else root / "checkpoint")

@@ -43,6 +43,7 @@ def _type_ok(spec, value) -> bool:
     if isinstance(d, Parameter.Type):
         return {Parameter.Type.STRING_ARRAY: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                 Parameter.Type.DOUBLE_ARRAY: lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v),
+                Parameter.Type.BOOL_ARRAY: lambda v: isinstance(v, list) and all(isinstance(x, bool) for x in v),
                 }[d](value)
     if isinstance(d, bool):
         return isinstance(value, bool)

@@ -52,8 +52,9 @@ class Stage2:
     weight_decay: float = 0.01
     warmup: int = 200
     grad_clip: float = 1.0
-    frame_stride: int = 3             # every 3rd frame of each episode gets its prefix K/V stored
-    max_frames: int = 9000            # ~1.9 MB of fp16 K/V a frame: ~17 GB on disk at most
+    frame_stride: int = 4             # every 4th frame of each episode gets its prefix K/V stored
+    max_frames: int = 6000            # ~1.9 MB of fp16 K/V a frame: ~11.5 GB on disk (and page cache)
+    val_frames: int = 300             # from the held-out episodes: stage 2's validation
     checkpoint_every: int = 250
     eval_every: int = 500
     threads: int = 1

@@ -2,10 +2,12 @@
 with stage 1's image encoder (knowledge insulation: nothing upstream of the expert changes
 in stage 2, so the prefix of a frame never changes either).
 
-<root>/kv/<split>/: kv.f16 (memory map, [N, 2, depth, kv_heads, max_len, head_dim], K then V,
+<root>/kv/<part>/: kv.f16 (memory map, [N, 2, depth, kv_heads, max_len, head_dim], K then V,
 rotary already applied as the engine's pool holds them), lengths.npy (valid prefix tokens),
 actions.npy ([N, H, D] in model space: the checkpoint's PolicyIO.model_actions), meta.json.
-Resumable: meta.json counts the frames written."""
+Resumable: meta.json counts the frames written and names its frames by (seed, t). The
+training frames come in parts (train_0, train_1, ...): a rerun stores the episodes recorded
+since the last part in a new one, and stage 2 samples from all of them."""
 from __future__ import annotations
 
 import json
@@ -60,21 +62,23 @@ class KVStore:
             torch.from_numpy(self.actions[idx]).float()
 
 
-def build_split(root: Path, demos: Demos, frames: np.ndarray, out: Path, model, tok, io, batch: int = 8):
+def build_split(root: Path, demos: Demos, frames: np.ndarray | None, out: Path, model, tok, io, batch: int = 8):
+    """Store the prefix K/V of `frames` (indices into demos) in `out`; frames=None resumes
+    the selection its meta.json names."""
     cfg = model.cfg
     bb = cfg.backbone
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"
-    prompts = [io.prompt_tokens(H.INSTRUCTION, demos.episodes[demos.frames[i][0]].state[demos.frames[i][1]])
-               for i in frames]
-    images = len(H.CAMERAS) * cfg.vision.tokens_per_image
-    max_len = images + max(len(p) for p in prompts)
-    shape = (2, bb.depth, bb.num_kv_heads, max_len, bb.head_dim)
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
-        if meta["frames"] != len(frames) or tuple(meta["shape"]) != shape:
-            raise RuntimeError(f"{out} holds another selection ({meta['frames']} frames, {meta['shape']}): delete it")
+        where = {(int(demos.episodes[e].seed), int(t)): i for i, (e, t) in enumerate(demos.frames)}
+        frames = np.array([where[tuple(st)] for st in meta["frame_index"]], dtype=np.int64)
+        shape = tuple(meta["shape"])
     else:
+        prompts = [io.prompt_tokens(H.INSTRUCTION, demos.episodes[demos.frames[i][0]].state[demos.frames[i][1]])
+                   for i in frames]
+        images = len(H.CAMERAS) * cfg.vision.tokens_per_image
+        shape = (2, bb.depth, bb.num_kv_heads, images + max(len(p) for p in prompts), bb.head_dim)
         meta = {"frames": len(frames), "shape": list(shape), "done": 0, "seconds": 0.0,
                 "frame_index": [[int(demos.episodes[demos.frames[i][0]].seed), int(demos.frames[i][1])] for i in frames]}
         np.save(out / "lengths.npy", np.array([images + len(p) for p in prompts], np.int16))
@@ -86,6 +90,9 @@ def build_split(root: Path, demos: Demos, frames: np.ndarray, out: Path, model, 
         np.save(out / "actions.npy", np.stack(acts).astype(np.float32))
         np.memmap(out / "kv.f16", dtype=np.float16, mode="w+", shape=(len(frames), *shape)).flush()
         meta_path.write_text(json.dumps(meta))
+    if meta["done"] >= meta["frames"]:
+        return
+    images = len(H.CAMERAS) * cfg.vision.tokens_per_image
     kv = np.memmap(out / "kv.f16", dtype=np.float16, mode="r+", shape=(len(frames), *shape))
     t0, start = time.time(), meta["done"]
     for lo in range(start, len(frames), batch):
@@ -110,10 +117,14 @@ def build_split(root: Path, demos: Demos, frames: np.ndarray, out: Path, model, 
             meta["seconds"] += time.time() - t0
             t0 = time.time()
             meta_path.write_text(json.dumps(meta))
-            rate = (meta["done"] - start) / max(meta["seconds"], 1e-9) if start == 0 else float("nan")
-            print(f"kv {out.name}: {meta['done']}/{len(frames)} frames  {rate:.2f} frames/s", flush=True)
+            print(f"kv {out.name}: {meta['done']}/{len(frames)} frames  "
+                  f"{(meta['done'] - start) / max(meta['seconds'], 1e-9):.2f} frames/s", flush=True)
     kv.flush()
     meta_path.write_text(json.dumps(meta))
+
+
+def train_parts(root: Path) -> list[Path]:
+    return sorted(p for p in (Path(root) / "kv").glob("train_*") if (p / "meta.json").exists())
 
 
 def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA):
@@ -125,7 +136,20 @@ def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA
     print(f"kv cache from stage 1 step {step}: {len(train_set.episodes)} training episodes, "
           f"{len(held.episodes)} held out", flush=True)
     kv_root = Path(root) / "kv"
-    val = choose_frames(held, hp.frame_stride, 600, hp.seed)
-    build_split(root, held, val, kv_root / "val", model, tok, io)
-    tr = choose_frames(train_set, hp.frame_stride, hp.max_frames, hp.seed)
-    build_split(root, train_set, tr, kv_root / "train", model, tok, io)
+    val_dir = kv_root / "val"
+    build_split(root, held, None if (val_dir / "meta.json").exists() else
+                choose_frames(held, hp.frame_stride, hp.val_frames, hp.seed), val_dir, model, tok, io)
+    parts = train_parts(root)
+    for part in parts:                         # finish a part a stopped run left
+        build_split(root, train_set, None, part, model, tok, io)
+    stored = {tuple(st)[0] for part in parts for st in json.loads((part / "meta.json").read_text())["frame_index"]}
+    have = sum(json.loads((part / "meta.json").read_text())["frames"] for part in parts)
+    new = Demos.__new__(Demos)                 # the episodes no part holds yet
+    new.episodes = [ep for ep in train_set.episodes if ep.seed not in stored]
+    new._index()
+    if not new.episodes or have >= hp.max_frames:
+        print(f"kv: no new episodes to store ({have} frames in {len(parts)} part(s))", flush=True)
+        return
+    picks = choose_frames(new, hp.frame_stride, hp.max_frames - have, hp.seed + len(parts))
+    print(f"kv: part train_{len(parts)}: {len(new.episodes)} new episodes, {len(picks)} frames", flush=True)
+    build_split(root, new, picks, kv_root / f"train_{len(parts)}", model, tok, io)

@@ -125,7 +125,9 @@ def narration_accuracy(results) -> dict:
             **{f"acc_{p}": (a / n if n else float("nan")) for p, (a, n) in per.items()}}
 
 
-def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | None = None, cfg=SMOL_PANDA):
+def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | None = None, cfg=SMOL_PANDA,
+          until: int | None = None):
+    """Run (or resume) stage 1 to `steps` (hparams'), or stop at `until` on that schedule."""
     hp = hp or H.Stage1()
     if steps is not None:
         hp.steps = steps
@@ -152,7 +154,8 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
         print(f"resumed at step {state['step']}", flush=True)
     step = run.step0
     model.backbone.eval()
-    while step < hp.steps:
+    stop = min(hp.steps, until or hp.steps)
+    while step < stop:
         if step % hp.rescan_every == 0 and step > run.step0:
             if train_set.refresh() or held.refresh():
                 print(f"  now {len(train_set.episodes)} training episodes", flush=True)
@@ -182,10 +185,10 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
         run.log({"kind": "step", "step": step, "time": time.time(), "sec": time.time() - t0, **stats})
         if step % 10 == 0 or step == run.step0 + 1:
             run.progress(step, {k: stats[k] for k in ("loss", "caption", "word_acc", "aux_acc", "aux_geom") if k in stats})
-        if step % hp.checkpoint_every == 0 or step == hp.steps:
+        if step % hp.checkpoint_every == 0 or step == stop:
             run.save({"step": step, "vision": vis.state_dict(), "heads": heads.state_dict(), "opt": opt.state_dict()})
             run.plot("stage 1: captions through frozen SmolLM2 + auxiliary heads")
-        if (step % hp.eval_every == 0 or step == hp.steps) and step > hp.aux_only_steps and len(held):
+        if (step % hp.eval_every == 0 or step == stop) and step > hp.aux_only_steps and len(held):
             res = narrate(model, tok, io, held, held.sample(hp.eval_frames, np.random.default_rng(7), balanced=True))
             acc = narration_accuracy(res)
             run.log({"kind": "eval", "step": step, "time": time.time(), **acc,

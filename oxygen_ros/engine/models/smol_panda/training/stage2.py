@@ -14,7 +14,7 @@ from ...pi05.expert import ActionExpert
 from ..configuration import SMOL_PANDA
 from . import hparams as H
 from .flow import flow_loss, sample, zero_init
-from .kv_cache import KVStore
+from .kv_cache import KVStore, train_parts
 from .run import Run, lr_at
 
 
@@ -40,16 +40,19 @@ def evaluate(expert, rope, store: KVStore, steps: int, n: int = 64) -> dict:
     return {"val_flow": fl, "val_mae": err.mean().item(), "val_mae_first": err[:, 0].mean().item()}
 
 
-def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=SMOL_PANDA):
+def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=SMOL_PANDA,
+          until: int | None = None):
+    """Run (or resume) stage 2 to `steps` (hparams'), or stop at `until` on that schedule."""
     hp = hp or H.Stage2()
     if steps is not None:
         hp.steps = steps
     torch.set_num_threads(hp.threads)
     root = Path(root)
-    store, val = KVStore(root / "kv" / "train"), KVStore(root / "kv" / "val")
-    if store.done < store.meta["frames"]:
-        print(f"warning: the K/V store holds {store.done}/{store.meta['frames']} frames; training on those", flush=True)
-    run = Run(root / "stage2", {"stage2": vars(hp), "cfg": cfg.name, "frames": store.done}, hp.steps)
+    parts, val = [KVStore(p) for p in train_parts(root)], KVStore(root / "kv" / "val")
+    sizes = np.array([p.done for p in parts], dtype=np.float64)
+    if not sizes.sum():
+        raise RuntimeError(f"no stored prefix K/V under {root / 'kv'}: run `train_panda.py kvcache` first")
+    run = Run(root / "stage2", {"stage2": vars(hp), "cfg": cfg.name}, hp.steps)
     expert = new_expert(cfg, hp.seed)
     expert.train()
     rope = Rope(cfg.backbone.head_dim, cfg.backbone.rope_theta, 1024)
@@ -59,17 +62,20 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
         expert.load_state_dict(state["expert"])
         opt.load_state_dict(state["opt"])
         print(f"resumed at step {state['step']}", flush=True)
-    print(f"stage 2: {store.done} frames of prefix K/V (max_len {store.meta['shape'][3]}), "
+    print(f"stage 2: {int(sizes.sum())} frames of prefix K/V in {len(parts)} part(s) "
+          f"({', '.join(str(int(n)) for n in sizes)}), "
           f"expert {sum(p.numel() for p in expert.parameters()) / 1e6:.1f}M parameters", flush=True)
     step = run.step0
-    while step < hp.steps:
+    stop = min(hp.steps, until or hp.steps)
+    while step < stop:
         gen = np.random.default_rng([hp.seed, step])
         tgen = torch.Generator().manual_seed(hp.seed * 1_000_003 + step)
         torch.manual_seed(hp.seed * 1_000_003 + step)          # Beta's sampler draws from the global RNG
         for g in opt.param_groups:
             g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
         t0 = time.time()
-        ks, vs, lengths, actions = store.batch(gen.integers(0, store.done, hp.batch))
+        part = parts[gen.choice(len(parts), p=sizes / sizes.sum())]     # a batch from one part (one max_len)
+        ks, vs, lengths, actions = part.batch(gen.integers(0, part.done, hp.batch))
         t_data = time.time() - t0
         loss = flow_loss(expert, rope, actions, ks, vs, lengths, tgen, hp.time_beta)
         opt.zero_grad(set_to_none=True)
@@ -77,13 +83,14 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
         torch.nn.utils.clip_grad_norm_(expert.parameters(), hp.grad_clip)
         opt.step()
         step += 1
-        run.log({"kind": "step", "step": step, "time": time.time(), "flow": loss.item(), "data_s": t_data})
+        run.log({"kind": "step", "step": step, "time": time.time(), "flow": loss.item(), "data_s": t_data,
+                 "frames": int(sizes.sum())})
         if step % 10 == 0 or step == run.step0 + 1:
             run.progress(step, {"flow": loss.item()}, f"(data {t_data:.2f} s)")
-        if step % hp.checkpoint_every == 0 or step == hp.steps:
+        if step % hp.checkpoint_every == 0 or step == stop:
             run.save({"step": step, "expert": expert.state_dict(), "opt": opt.state_dict()})
             run.plot("stage 2: flow matching of the action expert on stored prefix K/V")
-        if (step % hp.eval_every == 0 or step == hp.steps) and val.done:
+        if (step % hp.eval_every == 0 or step == stop) and val.done:
             expert.eval()
             ev = evaluate(expert, rope, val, cfg.expert.denoise_steps)
             expert.train()
