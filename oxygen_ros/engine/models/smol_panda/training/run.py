@@ -68,7 +68,9 @@ class Run:
         records = [json.loads(line) for line in open(self.dir / "log.jsonl")] if (self.dir / "log.jsonl").exists() else []
         steps = [r for r in records if r.get("kind") == "step"]
         evals = [r for r in records if r.get("kind") == "eval"]
-        keys = sorted({k for r in steps for k, v in r.items() if k not in ("kind", "step", "time") and isinstance(v, (int, float))})
+        # the losses (not timings, counts or accuracies) on a log scale
+        keys = sorted({k for r in steps for k, v in r.items() if isinstance(v, (int, float))
+                       and k not in ("kind", "step", "time", "sec", "data_s", "frames") and "acc" not in k})
         if not steps:
             return None
         fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(12 if evals else 7, 4.5), squeeze=False)
