@@ -40,6 +40,13 @@ def evaluate(expert, rope, store: KVStore, steps: int, n: int = 64) -> dict:
     return {"val_flow": fl, "val_mae": err.mean().item(), "val_mae_first": err[:, 0].mean().item()}
 
 
+def load_parts(root: Path):
+    """The K/V store's training parts and the frames each holds so far (a part being written
+    by a `kvcache` run counts what it has flushed)."""
+    parts = [KVStore(p) for p in train_parts(root)]
+    return parts, np.array([p.done for p in parts], dtype=np.float64)
+
+
 def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=SMOL_PANDA,
           until: int | None = None):
     """Run (or resume) stage 2 to `steps` (hparams'), or stop at `until` on that schedule."""
@@ -48,8 +55,8 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
         hp.steps = steps
     torch.set_num_threads(hp.threads)
     root = Path(root)
-    parts, val = [KVStore(p) for p in train_parts(root)], KVStore(root / "kv" / "val")
-    sizes = np.array([p.done for p in parts], dtype=np.float64)
+    parts, sizes = load_parts(root)
+    val = KVStore(root / "kv" / "val")
     if not sizes.sum():
         raise RuntimeError(f"no stored prefix K/V under {root / 'kv'}: run `train_panda.py kvcache` first")
     run = Run(root / "stage2", {"stage2": vars(hp), "cfg": cfg.name}, hp.steps)
@@ -90,6 +97,11 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
         if step % hp.checkpoint_every == 0 or step == stop:
             run.save({"step": step, "expert": expert.state_dict(), "opt": opt.state_dict()})
             run.plot("stage 2: flow matching of the action expert on stored prefix K/V")
+            # a `kvcache` run beside this one may have stored more frames: use them from now on
+            fresh, fresh_sizes = load_parts(root)
+            if fresh_sizes.sum() > sizes.sum():
+                parts, sizes = fresh, fresh_sizes
+                print(f"  now {int(sizes.sum())} frames in {len(parts)} part(s)", flush=True)
         if (step % hp.eval_every == 0 or step == stop) and val.done:
             expert.eval()
             ev = evaluate(expert, rope, val, cfg.expert.denoise_steps)
