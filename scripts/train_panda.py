@@ -5,7 +5,7 @@
   scripts/train_panda.py kvcache [--root ...] [--demos ...]        # stage 2's prefix K/V, once
   scripts/train_panda.py stage2  [--root ...] [--steps N] [--until N]
   scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
-  scripts/train_panda.py narrate [--root ...] [--frames N]          # held-out narration accuracy
+  scripts/train_panda.py narrate [--root ...] [--frames N | --every K]  # held-out narration accuracy
 
 Every stage resumes from its run directory (<root>/stage1, <root>/stage2) when rerun.
 Hyper-parameters and seeds: oxygen_ros/engine/models/smol_panda/training/hparams.py.
@@ -30,6 +30,8 @@ def main(argv=None) -> int:
                     help="stop at this step on the stage's full schedule (resume later to go on)")
     ap.add_argument("--out", default=None, help="export: checkpoint directory (default <root>/checkpoint)")
     ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
+    ap.add_argument("--every", type=int, default=0,
+                    help="narrate: every k-th frame of every held-out episode instead of a balanced sample")
     args = ap.parse_args(argv)
     root, demos = Path(args.root), Path(args.demos)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -39,7 +41,7 @@ def main(argv=None) -> int:
         stage1.train(root, demos, args.steps, until=args.until)
     elif args.command == "narrate":
         from oxygen_ros.engine.models.smol_panda.training.evaluate import narration_report
-        narration_report(root, demos, args.frames)
+        narration_report(root, demos, args.frames, every=args.every)
     elif args.command == "kvcache":
         from oxygen_ros.engine.models.smol_panda.training import kv_cache
         kv_cache.build(root, demos)

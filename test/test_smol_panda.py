@@ -194,3 +194,29 @@ def test_oxygen_equals_isolated_for_smol_panda(smol_panda):
         iso.language(frames[f], LanguageRequest(req.prompt, max_new_tokens=req.max_new_tokens, ignore_eos=True),
                      deltas=ref)
         assert ref[-1].full_text == finals[rid][-1].full_text
+
+
+def test_export_writes_the_trained_parts_in_fp16_within_64_mb(tmp_path):
+    """export: stage 1's encoder + stage 2's expert -> one fp16 model.safetensors (<= 64 MB)
+    with the loader's tensor names, beside the statistics and config from <root>/io."""
+    from safetensors import safe_open
+
+    from oxygen_ros.engine.models.smol_panda.checkpoint import write_checkpoint
+    from oxygen_ros.engine.models.smol_panda.training.data import checkpoint_config
+    from oxygen_ros.engine.models.smol_panda.training.export import export
+
+    model = SmolPandaModel(SMOL_PANDA)
+    (tmp_path / "stage1").mkdir()
+    (tmp_path / "stage2").mkdir()
+    torch.save({"step": 450, "vision": model.vision.state_dict()}, tmp_path / "stage1" / "state.pt")
+    torch.save({"step": 12000, "expert": model.expert.state_dict()}, tmp_path / "stage2" / "state.pt")
+    stats = {k: {"mean": np.zeros(8), "std": np.ones(8), "q01": -np.ones(8), "q99": np.ones(8)}
+             for k in ("state", "actions")}
+    write_checkpoint(tmp_path / "io", {}, stats, checkpoint_config(SMOL_PANDA))
+    out = export(tmp_path, tmp_path / "checkpoint")
+    path = out / "model.safetensors"
+    assert path.stat().st_size <= 64 * 2**20
+    with safe_open(str(path), "pt") as f:
+        assert set(f.keys()) == set(model.trained_state())
+        assert f.get_tensor("expert.action_in_proj.weight").dtype == torch.float16
+    assert (out / "assets" / "panda" / "norm_stats.json").is_file()
