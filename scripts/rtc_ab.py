@@ -34,7 +34,7 @@ from oxygen_ros.engine.observation import Observation
 from oxygen_ros.engine.rtc import RTCConfig
 from oxygen_ros.node.chunk_plan import plan_chunk
 from oxygen_ros.node.joint_space import JointSpace
-from oxygen_ros.node.params import build_engine, build_policy_io
+from oxygen_ros.engine.factory import build_engine, build_policy_io
 from oxygen_ros.node.robot_time import action_rate, warm_up_rtc
 from oxygen_ros.node.rtc_planner import RTCPlanner
 from oxygen_ros.tools.params_files import config_file, params_from_file

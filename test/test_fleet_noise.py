@@ -1,5 +1,5 @@
 """A fleet robot's action noise is its own: the engine the node builds for a fleet
-(node/params.build_engine, as on_configure does) draws each robot's noise from a generator
+(engine/factory.build_engine, as on_configure does) draws each robot's noise from a generator
 seeded from the node's `seed` and the robot's name, so a robot's chunk never depends on
 which other robots were in the frames before (present, or left out as stale)."""
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 from engine_fixtures import observation
 from node_harness import tiny_params
-from oxygen_ros.node.params import build_engine
+from oxygen_ros.engine.factory import build_engine
 
 A, B = "arm_a", "arm_b"
 FRAMES = 4

@@ -76,7 +76,7 @@ def test_the_graph_is_read():
     assert "oxygen_ros.engine.layers.decoder" in GRAPH["oxygen_ros.engine.models.pi05.modeling"]
     assert "oxygen_ros.engine.models.qwen3vl.modeling" in GRAPH["oxygen_ros.engine.models.xr0.configuration"]
     # lazy, inside a function
-    assert "oxygen_ros.engine.registry" in GRAPH["oxygen_ros.node.params"]
+    assert "oxygen_ros.engine.registry" in GRAPH["oxygen_ros.engine.factory"]
 
 
 def test_imports_for_type_hints_count(tmp_path):

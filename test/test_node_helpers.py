@@ -414,7 +414,7 @@ def test_policy_io_auto_is_limits_for_random_profiles_and_checks_the_joints():
     from oxygen_ros.engine.models.pi05.configuration import TINY
     from oxygen_ros.engine.models.pi05.modeling import build_random_model
     from oxygen_ros.engine.tokenizer import ByteTokenizer
-    from oxygen_ros.node.params import build_policy_io, choose_policy_io
+    from oxygen_ros.engine.factory import build_policy_io, choose_policy_io
 
     model, tok = build_random_model(TINY), ByteTokenizer()
     p = _tiny_policy_params()

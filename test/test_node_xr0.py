@@ -1,4 +1,4 @@
-"""The node's XR-0 path without ROS: params.build_engine + build_policy_io on a fake
+"""The node's XR-0 path without ROS: engine/factory.build_engine + build_policy_io on a fake
 Xiaomi-Robotics-0 checkpoint directory (a tiny Qwen3-VL written by transformers under
 `vlm.`, a random XR-0 head, the checkpoint's tokenizer, and the processor's per-robot-type
 action statistics of test_policy_io_xr0.write_ckpt), the configure-time dry run and its
@@ -82,7 +82,7 @@ def spaces(p):
 
 @pytest.fixture(scope="module")
 def built(xr0_dir):
-    from oxygen_ros.node.params import build_engine, build_policy_io
+    from oxygen_ros.engine.factory import build_engine, build_policy_io
 
     p = params(xr0_dir)
     model, tok, engine = build_engine(p)
@@ -99,7 +99,8 @@ def frames(seed=0):
 # ---------------------------------------------------------------- choosing and the dry run
 
 def test_auto_picks_xr0_for_an_xr0_checkpoint_only(xr0_dir):
-    from oxygen_ros.node.params import SPEC, choose_policy_io
+    from oxygen_ros.engine.factory import choose_policy_io
+    from oxygen_ros.node.params import SPEC
 
     assert choose_policy_io(params(xr0_dir)) == "xr0"
     assert choose_policy_io(params(xr0_dir, policy_io="xr0")) == "xr0"
@@ -128,7 +129,7 @@ def test_build_engine_and_policy_io_dry_run(built):
 def test_a_shorter_robot_type_horizon_becomes_the_models(xr0_dir):
     """calvin_abcd_orig's statistics are 4 steps: build_engine sets the head to 4 before the
     engine exists (the node reads model.cfg after it), build_policy_io agrees."""
-    from oxygen_ros.node.params import build_engine, build_policy_io
+    from oxygen_ros.engine.factory import build_engine, build_policy_io
 
     p = params(xr0_dir, robot_type="calvin_abcd_orig", action_joint_names=ACTIONS[:6],
                action_lower_limits=[-20.0] * 6, action_upper_limits=[20.0] * 6)
@@ -144,7 +145,7 @@ def test_a_shorter_robot_type_horizon_becomes_the_models(xr0_dir):
 
 
 def test_unknown_or_missing_robot_type_fails_with_the_checkpoints_types(xr0_dir, built):
-    from oxygen_ros.node.params import build_engine, build_policy_io
+    from oxygen_ros.engine.factory import build_engine, build_policy_io
 
     _, model, tok, _, _ = built
     bad = params(xr0_dir, robot_type="franka")
@@ -170,7 +171,7 @@ def test_unknown_or_missing_robot_type_fails_with_the_checkpoints_types(xr0_dir,
     ({"delta_action_mask": [True] * 8}, "delta_action_mask has 8 entries but robot_type 'libero_all' has 7"),
 ])
 def test_configure_errors_are_clear(xr0_dir, built, overrides, match):
-    from oxygen_ros.node.params import build_policy_io
+    from oxygen_ros.engine.factory import build_policy_io
 
     _, model, tok, _, _ = built
     p = params(xr0_dir, **overrides)
@@ -179,7 +180,7 @@ def test_configure_errors_are_clear(xr0_dir, built, overrides, match):
 
 
 def test_delta_action_mask_maps_to_the_robot_types_dims(xr0_dir, built):
-    from oxygen_ros.node.params import build_policy_io
+    from oxygen_ros.engine.factory import build_policy_io
 
     _, model, tok, _, plain = built
     p = params(xr0_dir, delta_action_mask=[True, False, True])

@@ -64,8 +64,9 @@ def _inputs_name(args, io) -> str:
 def build(args, log=print):
     """(hub, server) ready to run, from the command's arguments."""
     from oxygen_ros.engine import prompts
+    from oxygen_ros.engine.factory import checkpoint_policy_io
     from oxygen_ros.engine.fleet import FleetEngine
-    from oxygen_ros.engine.registry import family, load_model
+    from oxygen_ros.engine.registry import load_model
     from oxygen_ros.engine.scheduler import EngineConfig
     from oxygen_ros.serving.policy_adapters import AsGiven, ThroughPolicyIO
     from oxygen_ros.serving.robot_inputs import INPUTS
@@ -80,10 +81,7 @@ def build(args, log=print):
         raise ValueError("--idle-timeout and --max-connections must not be negative")
     log(f"loading model {args.model} ...")
     model, tok = load_model(args.model, checkpoint=args.checkpoint, dtype=args.dtype, device=args.device)
-    io = None
-    if args.checkpoint and args.model.startswith("pi05"):
-        io = family("pi05").load_policy_io(args.checkpoint, image_size=model.cfg.vision.image_size)
-        io.tokenizer, io.max_prompt_tokens = tok, model.cfg.max_prompt_tokens
+    io = checkpoint_policy_io(args.model, args.checkpoint, model, tok)
     inputs = INPUTS[_inputs_name(args, io)]
     adapter = ThroughPolicyIO(io) if io is not None else AsGiven()
     dims = io.action_dims if io is not None else model.cfg.expert.action_dim

@@ -224,7 +224,7 @@ class OxygenNode(LifecycleNode):
 
     def _configure(self) -> Serving:
         from ..engine.fleet import FleetOfOne
-        from .params import build_engine
+        from ..engine.factory import build_engine
 
         shared = node_params.read(self)
         per_robot = {r: node_params.read(self, robot=r) for r in self.robots}
@@ -273,7 +273,7 @@ class OxygenNode(LifecycleNode):
 
     def _configure_robot(self, robot: str, p: dict, joints: JointSpace, action_joints: JointSpace, model, tok,
                          engine, period_s: float) -> Runtime:
-        from .params import build_policy_io
+        from ..engine.factory import build_policy_io
 
         topics = p["camera_topics"]
         if len(set(topics)) != len(topics):

@@ -36,7 +36,7 @@ def measure_frame_ms(params: dict, image_size: int, frames: int = 6, warmup: int
     requests)."""
     from ..engine.observation import Observation
     from ..engine.requests import LanguageRequest
-    from ..node.params import build_engine
+    from ..engine.factory import build_engine
 
     model, _tok, engine = build_engine(params, {r: params for r in robots} or None)
     try:
