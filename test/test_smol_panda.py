@@ -220,3 +220,16 @@ def test_export_writes_the_trained_parts_in_fp16_within_64_mb(tmp_path):
         assert set(f.keys()) == set(model.trained_state())
         assert f.get_tensor("expert.action_in_proj.weight").dtype == torch.float16
     assert (out / "assets" / "panda" / "norm_stats.json").is_file()
+
+
+def test_velocity_on_roomy_kv_equals_copied_kv():
+    """KVStore.batch(extra=H) hands K/V with room for the action tokens (no copy per layer);
+    the velocity is the same as with K/V copied into room."""
+    model = _small_model(4)
+    gen = torch.Generator().manual_seed(1)
+    kv = [torch.randn(3, 1, 9, 16, generator=gen) for _ in range(SMALL.backbone.depth)]
+    x, t, lengths = torch.randn(3, 10, 8, generator=gen), torch.tensor([0.2, 0.5, 0.99]), torch.tensor([4, 9, 6])
+    ref = velocity(model.expert, model.backbone.rope, x, t, kv, kv, lengths)
+    roomy = lambda: [torch.cat([k, torch.zeros(3, 1, 10, 16)], 2) for k in kv]
+    got = velocity(model.expert, model.backbone.rope, x, t, roomy(), roomy(), lengths, span=9)
+    assert torch.equal(ref, got)

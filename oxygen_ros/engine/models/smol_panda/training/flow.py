@@ -22,11 +22,15 @@ def time_embeddings(t: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([angle.sin(), angle.cos()], dim=-1).float()
 
 
-def velocity(expert, rope_tables, x: torch.Tensor, t: torch.Tensor, ks, vs, lengths: torch.Tensor) -> torch.Tensor:
+def velocity(expert, rope_tables, x: torch.Tensor, t: torch.Tensor, ks, vs, lengths: torch.Tensor,
+             span: int | None = None) -> torch.Tensor:
     """x [B, H, D] at flow times t [B]; ks, vs per layer [B, kvh, L, d] (prefixes padded to L);
-    lengths [B] valid prefix tokens. Returns the velocity [B, H, D]."""
+    lengths [B] valid prefix tokens. Returns the velocity [B, H, D]. span=L given: ks, vs
+    already hold H more positions (KVStore.batch(extra=H)), which the action tokens' K/V
+    overwrite (so each call needs fresh tensors); None: they are copied with room added."""
     b, h, _ = x.shape
-    span = ks[0].shape[2]
+    roomy = span is not None
+    span = span if roomy else ks[0].shape[2]
     emb = time_embeddings(t, expert.cfg.width)
     cond = torch.nn.functional.silu(expert.time_mlp_out(torch.nn.functional.silu(expert.time_mlp_in(emb))))
     layer_terms = []
@@ -38,20 +42,23 @@ def velocity(expert, rope_tables, x: torch.Tensor, t: torch.Tensor, ks, vs, leng
     rope = rope_tables.tables(positions, x.dtype)
     caches = []
     for k, v in zip(ks, vs):
-        pad = k.new_zeros(b, k.shape[1], h, k.shape[3])
-        caches.append(CacheView(torch.cat([k, pad], 2), torch.cat([v, pad.clone()], 2), slice(0, b), span, span + h))
+        if not roomy:
+            pad = k.new_zeros(b, k.shape[1], h, k.shape[3])
+            k, v = torch.cat([k, pad], 2), torch.cat([v, pad.clone()], 2)
+        caches.append(CacheView(k, v, slice(0, b), span, span + h))
     j = torch.arange(span + h)
     mask = ((j[None] < lengths[:, None]) | (j[None] >= span))[:, None, None, :].expand(b, 1, h, span + h)
     return expert.velocity(x, layer_terms, final, rope, caches, mask)
 
 
-def flow_loss(expert, rope_tables, actions, ks, vs, lengths, gen: torch.Generator, beta=(1.5, 1.0)):
+def flow_loss(expert, rope_tables, actions, ks, vs, lengths, gen: torch.Generator, beta=(1.5, 1.0),
+              span: int | None = None):
     b = actions.shape[0]
     noise = torch.randn(actions.shape, generator=gen)
     t = torch.distributions.Beta(*beta).sample((b,)) * 0.999 + 0.001
     tt = t[:, None, None]
     x_t = tt * noise + (1 - tt) * actions
-    v = velocity(expert, rope_tables, x_t, t, ks, vs, lengths)
+    v = velocity(expert, rope_tables, x_t, t, ks, vs, lengths, span)
     return torch.nn.functional.mse_loss(v, noise - actions)
 
 

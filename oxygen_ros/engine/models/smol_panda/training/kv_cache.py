@@ -51,14 +51,23 @@ class KVStore:
         self.actions = np.load(self.dir / "actions.npy")
         self.done = self.meta["done"]
 
-    def batch(self, idx: np.ndarray):
-        """(K, V) as float32 [depth][B, kv_heads, max_len, head_dim] lists, lengths [B], actions [B, H, D]."""
-        kv = torch.from_numpy(np.ascontiguousarray(self.kv[np.sort(idx)])).float()   # sorted: sequential reads
-        order = np.argsort(np.argsort(idx))
-        kv = kv[torch.from_numpy(order)]
+    def batch(self, idx: np.ndarray, extra: int = 0):
+        """(K, V) as float32 [depth][B, kv_heads, max_len + extra, head_dim] lists (one tensor a
+        layer; the `extra` positions zero: room for the action tokens' K/V), lengths [B],
+        actions [B, H, D]."""
         idx = np.asarray(idx)
-        ks, vs = kv[:, 0].unbind(1), kv[:, 1].unbind(1)
-        return list(ks), list(vs), torch.from_numpy(self.lengths[idx].astype(np.int64)), \
+        order = np.argsort(idx)
+        raw = torch.from_numpy(np.ascontiguousarray(self.kv[idx[order]]))       # sorted: sequential reads
+        raw = raw[torch.from_numpy(np.argsort(order))]
+        b, _, depth, kvh, span, d = raw.shape
+        ks, vs = [], []
+        for i in range(depth):
+            for out, j in ((ks, 0), (vs, 1)):
+                t = torch.empty(b, kvh, span + extra, d)
+                t[:, :, :span].copy_(raw[:, j, i])
+                t[:, :, span:].zero_()
+                out.append(t)
+        return ks, vs, torch.from_numpy(self.lengths[idx].astype(np.int64)), \
             torch.from_numpy(self.actions[idx]).float()
 
 

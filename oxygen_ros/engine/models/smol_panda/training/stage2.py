@@ -82,9 +82,9 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
             g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
         t0 = time.time()
         part = parts[gen.choice(len(parts), p=sizes / sizes.sum())]     # a batch from one part (one max_len)
-        ks, vs, lengths, actions = part.batch(gen.integers(0, part.done, hp.batch))
+        ks, vs, lengths, actions = part.batch(gen.integers(0, part.done, hp.batch), extra=cfg.expert.horizon)
         t_data = time.time() - t0
-        loss = flow_loss(expert, rope, actions, ks, vs, lengths, tgen, hp.time_beta)
+        loss = flow_loss(expert, rope, actions, ks, vs, lengths, tgen, hp.time_beta, span=part.meta["shape"][3])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(expert.parameters(), hp.grad_clip)
