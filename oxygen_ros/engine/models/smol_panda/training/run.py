@@ -66,7 +66,8 @@ class Run:
         except ImportError:
             return None
         records = [json.loads(line) for line in open(self.dir / "log.jsonl")] if (self.dir / "log.jsonl").exists() else []
-        steps = [r for r in records if r.get("kind") == "step"]
+        # a resumed run repeats the steps after its last checkpoint: keep each step's last record
+        steps = list({r["step"]: r for r in records if r.get("kind") == "step"}.values())
         evals = [r for r in records if r.get("kind") == "eval"]
         # the losses (not timings, counts or accuracies) on a log scale
         keys = sorted({k for r in steps for k, v in r.items() if isinstance(v, (int, float))
