@@ -136,12 +136,13 @@ def test_eval_refuses_training_seeds(tmp_path):
 def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
     """A real episode: node, lock-step sim and recorder over DDS; the bag is scored against
     /tf (random weights: the cube stays on the table), and the tiny model's narrations are
-    judged from real TextChunk / FrameTiming messages."""
+    judged from real TextChunk / FrameTiming messages. The node ticks at 10 Hz, faster than
+    this machine answers, yet acts on each observation once (new_observations_only)."""
     from ros_helpers import peer_env
 
     out = tmp_path / "eval"
     proc = subprocess.run([sys.executable, "-m", "oxygen_ros.cli", "eval", "--params", "config/tiny.yaml",
-                           "--seeds", "900000", "--clock", "sim", "--duration", "1.5", "--rate", "3",
+                           "--seeds", "900000", "--clock", "sim", "--duration", "1.5", "--rate", "10",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240,
                           env=peer_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -152,6 +153,7 @@ def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
     assert not e.get("error") and e["success"] is False and e["final_place"] == "table"
     assert e["length_s"] == pytest.approx(1.5, abs=0.11)       # sim time, cut at the duration
     assert e["frames"] >= 15 and e["tf_messages"] > 0
+    assert e["repeated_observation_frames"] == 0, e
     assert e["narrations"] >= 1 and e["narration_samples"][0]["place"] == "table"
     assert r["overall"]["success_wilson95"][0] == 0.0
     sim_log = (out / "episode-000" / "logs" / "sim.log").read_text()

@@ -41,6 +41,7 @@ class FrameLoop:
     def __init__(self, serving: Serving, stop: threading.Event, doors: NodeDoors):
         self._serving, self._stop, self._doors = serving, stop, doors
         self._robots = serving.robots
+        self._acted_stamp: dict[str, int] = {}     # robot -> the stamp its last chunk came from
         self._publish = {name: FramePublisher(rt, rt.pubs, doors.clock, lambda topic, r=name: doors.log_for(topic, r))
                          for name, rt in self._robots.items()}
 
@@ -170,6 +171,7 @@ class FrameLoop:
                 except Exception as e:  # noqa: BLE001 - this robot's chunk is lost, the next robots' are not
                     self._publish[name].fault("the action chunk", e, chunk_lost=True)
                     continue
+                self._acted_stamp[name] = f.obs_stamp_ns
                 # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
                 sent[name]["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
         finally:
@@ -203,6 +205,9 @@ class FrameLoop:
             reason = "; ".join(snap.problems) or "inputs not usable"
             rt.stats.no_chunk(reason)
             self._log(rt, "inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
+            return None
+        if live["new_observations_only"] and snap.stamp_ns and snap.stamp_ns == self._acted_stamp.get(rt.name):
+            rt.stats.no_chunk("no new observation since the last chunk (new_observations_only)")
             return None
         images = rt.inputs.frame_images(snap)
         if images is None:

@@ -93,6 +93,10 @@ SPECS = [
          "(LeRobot's execution_horizon: the end of the soft mask).", (1, 10000)),
     Spec("max_observation_age_s", 0.5, "live",
          "No action chunk from an observation older than this (seconds).", (0.001, 3600.0)),
+    Spec("new_observations_only", False, "live",
+         "Act only on inputs newer than the last frame's: a tick whose inputs carry the stamps the "
+         "last chunk came from makes no chunk ('no new observation'), as a lock-step sim (oxygen "
+         "eval --clock sim) or a paused bag needs. false: every tick acts on the latest inputs."),
     Spec("instruction", "pick up the cube", "live", "Task instruction in the model's prefix."),
     # -- robot interface -------------------------------------------------------------------
     Spec("camera_topics", ["camera/base/image_raw"], "configure",

@@ -414,7 +414,10 @@ class Evaluation:
             awaits += ["-p", f"{r.name + '.' if r.name else ''}await_recorders:=[{BagRecorder.NODE_NAME}]"]
         children.start("node", [py, "-m", "oxygen_ros.node", "--ros-args", "--params-file", str(self.params_path),
                                 "-p", "autostart:=false", "-p", f"control_rate_hz:={self.rate_hz!r}",
-                                "-p", f"use_sim_time:={'true' if o.clock == 'sim' else 'false'}", *awaits])
+                                "-p", f"use_sim_time:={'true' if o.clock == 'sim' else 'false'}",
+                                # lock-step: a tick before the sim's next observation makes no chunk
+                                "-p", f"new_observations_only:={'true' if o.clock == 'sim' else 'false'}",
+                                *awaits])
         return self._watch(robots, children)
 
     def _measure_rate(self) -> None:
