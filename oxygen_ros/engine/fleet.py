@@ -179,8 +179,9 @@ class FleetEngine:
             expert_noise: dict | None = None, expert_rtc: dict | None = None) -> dict:
         """The fleet frame's first half: every given robot's chunk (a ChunkResult by robot),
         from one batched prefill and one batched sampling. `noises`, `rtc` (an RTCGuide),
-        `expert_noise` and `expert_rtc` (by expert name) are per robot. Robots whose
-        observation cannot be used are left out and named in `faults`."""
+        `expert_noise` and `expert_rtc` (by expert name) are per robot; noise not given is
+        drawn from the robot's own generator (noise_generator). Robots whose observation
+        cannot be used are left out and named in `faults`."""
         if self._open is not None:
             raise RuntimeError("act() called twice: call talk() to finish the frame first")
         if len(observations) > self.max_robots:
