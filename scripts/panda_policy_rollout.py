@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""A quick closed-loop check of a smol-panda checkpoint in the Panda scene, without ROS: sim
+time (the physics waits while the model thinks), the node's chunk execution (plan_chunk and
+the simulated joint_trajectory_controller), scored by the place rule. For judging a training
+run between checkpoints; the project's evaluation is `oxygen eval` (real node, DDS, bags).
+
+  .venv/bin/python scripts/panda_policy_rollout.py --checkpoint out/train/panda/checkpoint \\
+      --seeds 900000-900002 [--replan 5] [--seconds 14] [--narrate-every 10]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def seed_range(text: str) -> list[int]:
+    a, _, b = text.partition("-")
+    return list(range(int(a), int(b or a) + 1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--seeds", default="900000-900002")
+    ap.add_argument("--replan", type=int, default=5, help="action steps executed per chunk (10 Hz)")
+    ap.add_argument("--seconds", type=float, default=14.0)
+    ap.add_argument("--narrate-every", type=int, default=10, help="frames between narrations; 0 = none")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.registry import family, load_model
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.node.chunk_plan import plan_chunk
+    from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
+    from oxygen_ros.tools.panda_world import PandaWorld
+    from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor
+
+    model, tok = load_model("smol-panda", checkpoint=args.checkpoint)
+    hp = __import__("oxygen_ros.engine.models.smol_panda.training.hparams", fromlist=["x"])
+    io = family("pi05").load_policy_io(args.checkpoint, "openpi", delta_action_mask=list(hp.DELTA_ACTION_MASK),
+                                       image_size=model.cfg.vision.image_size)
+    io.tokenizer, io.max_prompt_tokens = tok, model.cfg.max_prompt_tokens
+    runner = IsolatedRunner(model, tok)
+    views = {"base_0_rgb": "base", "left_wrist_0_rgb": "left_wrist"}
+    dt, tick = 1.0 / se.ACTION_RATE_HZ, 1.0 / se.CONTROL_HZ
+    results = []
+    for seed in seed_range(args.seeds):
+        t0 = time.time()
+        with PandaWorld() as world:
+            world.set_layout(ps.layout(seed))
+            executor = TrajectoryExecutor(world.names, world.q)
+            places, said, narr_right = [], [], 0
+            gen = torch.Generator().manual_seed(seed)
+            for step in range(int(args.seconds * se.ACTION_RATE_HZ)):
+                t = step * dt
+                f = world.frames()
+                place = cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0])
+                places.append(place)
+                if step % args.replan == 0 or (args.narrate_every and step % args.narrate_every == 0):
+                    snap = world.snapshot()
+                    images = {slot: world.render(v, model.cfg.vision.image_size, snap) for slot, v in views.items()}
+                    state = np.asarray(world.q, np.float64)
+                    obs = io.observation(images, state, hp.INSTRUCTION, stamp=t)
+                if args.narrate_every and step % args.narrate_every == 0:
+                    deltas = []
+                    runner.language(obs, LanguageRequest(hp.NARRATION_PROMPT, max_new_tokens=10), deltas=deltas)
+                    text = deltas[-1].full_text if deltas else ""
+                    words = [w for w in cube_place.PLACES if w in text.lower()]
+                    narr_right += words == [place]
+                    said.append((round(t, 1), place, text))
+                if step % args.replan == 0:
+                    chunk = runner.action(obs, torch.randn(10, 8, generator=gen)).float().numpy()
+                    robot = io.actions(chunk, state)
+                    c = plan_chunk(robot, t, dt, now_s=t, with_velocities=True)
+                    executor.receive(world.names, c.stamp_s, c.times, c.positions, c.velocities, now=t)
+                for k in range(int(round(dt / tick))):
+                    world.command(executor.sample(t + (k + 1) * tick)[0])
+                    world.step(tick)
+            f = world.frames()
+            places.append(cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0]))
+        ok = cube_place.success(places)
+        spans = []
+        for p in places:
+            if not spans or spans[-1][0] != p:
+                spans.append([p, 0])
+            spans[-1][1] += 1
+        res = {"seed": seed, "success": ok, "final_place": places[-1], "places": spans,
+               "narration_right": narr_right, "narrations": len(said), "said": said[:20],
+               "wall_s": round(time.time() - t0, 1)}
+        results.append(res)
+        print(json.dumps({k: res[k] for k in ("seed", "success", "final_place", "places", "narration_right",
+                                              "narrations", "wall_s")}), flush=True)
+    n_ok = sum(r["success"] for r in results)
+    print(f"success {n_ok}/{len(results)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
