@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oxygen_ros.tools import evaluation as ev
+from oxygen_ros.tools import eval_scoring as ev
 
 ROOT = Path(__file__).resolve().parents[1]
 START = 1.0          # sim time of the first frame, as the lock-step sim starts

@@ -25,9 +25,10 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from oxygen_ros.tools.sim_robots import SimRobot, fleet_robot_names
 
 STATUS_EVERY_S = 10.0
 MATCH_TIMEOUT_S = 20.0     # for the recorder to match the configured node's publishers (localhost DDS)
@@ -67,47 +68,13 @@ def _default_out() -> Path:
     return base / "out" / datetime.now().strftime("demo-%Y%m%d-%H%M%S")
 
 
-@dataclass
-class _Robot:
-    """One simulated robot of the demo: its namespace, its children's names, its bag."""
-    name: str            # "" : the node's own robot (not a fleet)
-    params: dict         # the params with the robot's own overrides applied
-    out: Path            # its bag and report go here
-
-    @property
-    def namespace(self) -> str:
-        return f"/{self.name}" if self.name else "/"
-
-    def child(self, kind: str) -> str:
-        return f"{kind}_{self.name}" if self.name else kind
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} " if self.name else ""
-
-
-def fleet_robots(params: dict, count: int) -> list[str]:
-    """The robots a demo serves: the params file's `robots`, cut or extended (robotK) to
-    `count` (0: as the file says; [] is one robot, not a fleet)."""
-    names = list(params.get("robots") or [])
-    if count <= 0:
-        return names
-    names = names[:count]
-    k = 0
-    while len(names) < count:
-        k += 1
-        if f"robot{k}" not in names:
-            names.append(f"robot{k}")
-    return names
-
-
-def _demo_robots(params: dict, out: Path) -> list[_Robot]:
+def _demo_robots(params: dict, out: Path) -> list[SimRobot]:
     robots = params.get("robots") or []
     if not robots:
-        return [_Robot("", params, out)]
+        return [SimRobot("", params, out)]
     from oxygen_ros.tools.params_files import robot_params
 
-    return [_Robot(n, robot_params(params, n), out / n) for n in robots]
+    return [SimRobot(n, robot_params(params, n), out / n) for n in robots]
 
 
 class _Console:
@@ -200,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out()
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()
-    robots = fleet_robots(params, args.robots)
+    robots = fleet_robot_names(params, args.robots)
     if args.compressed:
         _compress_cameras(params)
     if robots:
@@ -260,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _run_children(args, params, params_path, robots: list[_Robot], say, children, stop, ask_at) -> int:
+def _run_children(args, params, params_path, robots: list[SimRobot], say, children, stop, ask_at) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
@@ -459,7 +426,7 @@ def _cpu_line(children, cpu_start: dict, t_start: float) -> str:
             else "CPU over the run: not measured")
 
 
-def _report(robot: _Robot, say, video: bool = True) -> None:
+def _report(robot: SimRobot, say, video: bool = True) -> None:
     from oxygen_ros.tools.bag_summary import format_summary
     from oxygen_ros.tools.report import write_report
 

@@ -1,10 +1,10 @@
 """`oxygen eval --seeds A-B`: task success of the node's policy over held-out seeds.
 
 Each episode runs oxygen_node (its own process, real DDS), `oxygen sim --seed S` and
-`oxygen record`, then scores the bag from the sim's /tf (tools/evaluation.py). Prints a line
-per episode as it finishes, then a table (success rate with its 95% Wilson interval, episode
-length, narration accuracy; per robot in a fleet), and writes the JSON (--json, default
-OUT/eval.json). Training seeds (1000-1999) are refused unless --allow-training-seeds.
+`oxygen record`, then scores the bag from the sim's /tf (tools/evaluation.py runs the
+episodes, tools/eval_scoring.py scores them). Prints a line per episode as it finishes,
+then a table (success rate with its 95% Wilson interval, episode length, narration
+accuracy; per robot in a fleet), and writes the JSON (--json, default OUT/eval.json). Training seeds (1000-1999) are refused unless --allow-training-seeds.
 docs/training.md, "Evaluation".
 """
 import argparse
@@ -50,18 +50,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from oxygen_ros.tools import eval_scoring as scoring
     from oxygen_ros.tools import evaluation as ev
     from oxygen_ros.tools.params_files import checkout_root, config_file
 
     try:
-        seeds = ev.parse_seeds(args.seeds)
+        seeds = scoring.parse_seeds(args.seeds)
     except ValueError as e:
         print(f"oxygen eval: {e}")
         return 2
-    training = ev.training_seeds_in(seeds)
+    training = scoring.training_seeds_in(seeds)
     if training and not args.allow_training_seeds:
         print(f"oxygen eval: seeds {training[0]}..{training[-1]} are training seeds (1000-1999); evaluate on "
-              f"held-out seeds ({ev.HELD_OUT_FROM} and up) or pass --allow-training-seeds")
+              f"held-out seeds ({scoring.HELD_OUT_FROM} and up) or pass --allow-training-seeds")
         return 2
     if args.params:
         params = Path(args.params)
@@ -102,6 +103,6 @@ def run(args: argparse.Namespace) -> int:
         rclpy.try_shutdown()
     path = Path(args.json) if args.json else opts.out / "eval.json"
     path.write_text(json.dumps(result, indent=1))
-    print(ev.format_table(result))
+    print(scoring.format_table(result))
     print(f"wrote {path}")
     return 130 if stop.is_set() else 0 if result["overall"]["failed_to_run"] == 0 else 1
