@@ -61,13 +61,14 @@ def main(argv=None) -> int:
         with PandaWorld() as world:
             world.set_layout(ps.layout(seed))
             executor = TrajectoryExecutor(world.names, world.q)
-            places, said, narr_right = [], [], 0
+            places, said, narr_right, closest = [], [], 0, np.inf
             gen = torch.Generator().manual_seed(seed)
             for step in range(int(args.seconds * se.ACTION_RATE_HZ)):
                 t = step * dt
                 f = world.frames()
                 place = cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0])
                 places.append(place)
+                closest = min(closest, float(np.linalg.norm(np.asarray(f["cube"][0]) - np.asarray(f["gripper"][0]))))
                 if step % args.replan == 0 or (args.narrate_every and step % args.narrate_every == 0):
                     snap = world.snapshot()
                     images = {slot: world.render(v, model.cfg.vision.image_size, snap) for slot, v in views.items()}
@@ -97,10 +98,10 @@ def main(argv=None) -> int:
                 spans.append([p, 0])
             spans[-1][1] += 1
         res = {"seed": seed, "success": ok, "final_place": places[-1], "places": spans,
-               "narration_right": narr_right, "narrations": len(said), "said": said[:20],
+               "closest_gripper_cube_m": round(closest, 3), "narration_right": narr_right, "narrations": len(said), "said": said[:20],
                "wall_s": round(time.time() - t0, 1)}
         results.append(res)
-        print(json.dumps({k: res[k] for k in ("seed", "success", "final_place", "places", "narration_right",
+        print(json.dumps({k: res[k] for k in ("seed", "success", "final_place", "places", "closest_gripper_cube_m", "narration_right",
                                               "narrations", "wall_s")}), flush=True)
     n_ok = sum(r["success"] for r in results)
     print(f"success {n_ok}/{len(results)}")
