@@ -74,7 +74,9 @@ def test_missing_velocities_are_differenced_and_missing_joints_give_nothing():
 def test_the_report_scores_the_joint_states_of_a_bag(tmp_path):
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from oxygen_ros.tools.bag_summary import format_summary, read_bag, summarize
+    from oxygen_ros.tools.bag_read import read_bag
+    from oxygen_ros.tools.bag_summary import summarize
+    from oxygen_ros.tools.bag_summary_text import format_summary
     from oxygen_ros.tools.bag_types import typestore
 
     store = typestore()

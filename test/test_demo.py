@@ -91,7 +91,7 @@ def test_demo_runs_the_loop_answers_and_cleans_up(tmp_path):
     done = [r for r in s["requests"] if r["done"]]
     # every frame recorded, from frame 0 on: the demo activates the node only once the
     # recorder matched all its publishers (DDS matches topic by topic)
-    from oxygen_ros.tools.bag_summary import read_bag
+    from oxygen_ros.tools.bag_read import read_bag
 
     assert read_bag(out / "bag").frames[0].index == 0, "the bag misses the first frames' timing"
     assert done and all(r["frames_to_done"] >= 0 and r["seconds_to_done"] > 0 for r in done), done

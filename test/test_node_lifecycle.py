@@ -182,7 +182,7 @@ def test_parameters_outside_the_allow_list_are_refused_and_accepted_changes_logg
     accepted changes, the refused ones not."""
     from test_record import Recorder
 
-    from oxygen_ros.tools.bag_summary import read_bag
+    from oxygen_ros.tools.bag_read import read_bag
 
     node = start_node(changeable_parameters=["narration_every_n_frames"], narration_every_n_frames=5)
     rec = Recorder(tmp_path / "bag", node.namespace)
@@ -230,7 +230,7 @@ def test_first_frame_waits_for_the_awaited_recorder_and_its_bag_starts_at_frame_
     """await_recorders: with inputs flowing, no chunk until the named recorder subscribes to
     every output (/diagnostics names whom the loop waits for); its bag then holds every
     frame from frame 0 on, and the node logged the wait."""
-    from oxygen_ros.tools.bag_summary import read_bag
+    from oxygen_ros.tools.bag_read import read_bag
 
     node = start_node(autostart=True, await_recorders=["oxygen_recorder"])
     r = run_peers(__file__, {"driver": ["await_recorder", node.namespace, str(tmp_path / "bag")]},

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from oxygen_ros.engine.policy_io.errors import PolicyIOError
-from oxygen_ros.engine.models.xr0.processor import load_xr0_policy_io
+from oxygen_ros.engine.models.xr0.policy_io_loader import load_xr0_policy_io
 
 H_LIBERO, H_CALVIN = 10, 4
 

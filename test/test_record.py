@@ -207,7 +207,8 @@ def test_record_stops_on_sigterm_and_writes_sqlite3(tmp_path):
         counts = {c.topic: c.msgcount for c in reader.connections}
     assert counts[f"{ns}/joint_trajectory"] == N_CHUNKS
     assert list(bag.glob("*.db3"))
-    from oxygen_ros.tools.bag_summary import read_bag, summarize    # the report reads it too
+    from oxygen_ros.tools.bag_read import read_bag    # the report reads it too
+    from oxygen_ros.tools.bag_summary import summarize
 
     summary = summarize(read_bag(bag))
     assert summary["chunks"]["count"] == summary["frames"]["count"] == N_CHUNKS

@@ -69,7 +69,7 @@ def test_record_refuses_an_unknown_model_in_the_params(tmp_path):
 
 def test_main_trajectory_topic_without_the_recorders_custom_data():
     """Bags from `ros2 bag record`: the topic names decide, else the busiest, said so."""
-    from oxygen_ros.tools.bag_summary import main_trajectory_topic
+    from oxygen_ros.tools.bag_read import main_trajectory_topic
 
     assert main_trajectory_topic({}) == (None, None)
     assert main_trajectory_topic({"/r/arm_cmd": 3}) == ("/r/arm_cmd", None)
@@ -98,7 +98,9 @@ def drive(namespace, *topics, deadline):
 
 @pytest.mark.ros
 def test_record_and_summarise_every_experts_trajectories(start_node, tmp_path):  # noqa: F811
-    from oxygen_ros.tools.bag_summary import format_summary, read_bag, summarize
+    from oxygen_ros.tools.bag_read import read_bag
+    from oxygen_ros.tools.bag_summary import summarize
+    from oxygen_ros.tools.bag_summary_text import format_summary
 
     node = start_node(autostart=True, model="qwen3vl-multi-tiny",
                       expert_joint_names=[",".join(HANDS), ",".join(BASE)],

@@ -124,7 +124,7 @@ def test_captions_accumulate_and_chunks_are_marked(video):
 
 
 def test_caption_texts_so_far(tmp_path):
-    from oxygen_ros.tools.bag_summary import read_bag
+    from oxygen_ros.tools.bag_read import read_bag
 
     write_bag(tmp_path / "bag")
     caps = rv.Captions(read_bag(tmp_path / "bag"), T0, rv.MARK_S)

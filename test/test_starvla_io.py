@@ -1,4 +1,4 @@
-"""StarVLA QwenPI_v3 policy I/O (models/starvla/processor.py) and checkpoint reading (models/starvla/checkpoint.py).
+"""StarVLA QwenPI_v3 policy I/O (models/starvla/processor.py, state_text.py) and checkpoint reading (models/starvla/checkpoint.py).
 
 The bin numbers, prompt strings and unnormalised actions below are worked out by hand
 from StarVLA's rules (see the two modules' docstrings), not by calling the code under test.
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from oxygen_ros.engine.policy_io.errors import PolicyIOError
-from oxygen_ros.engine.models.starvla.processor import (BIN_EDGES, load_starvla_policy_io, state_bins,
-                                                 with_state)
+from oxygen_ros.engine.models.starvla.processor import load_starvla_policy_io
+from oxygen_ros.engine.models.starvla.state_text import BIN_EDGES, state_bins, with_state
 from oxygen_ros.engine.models.starvla.checkpoint import (StarVLACheckpointError, find_weights,
                                                read_starvla_checkpoint, split_state_dict)
 

@@ -427,7 +427,7 @@ def _cpu_line(children, cpu_start: dict, t_start: float) -> str:
 
 
 def _report(robot: SimRobot, say, video: bool = True) -> None:
-    from oxygen_ros.tools.bag_summary import format_summary
+    from oxygen_ros.tools.bag_summary_text import format_summary
     from oxygen_ros.tools.report import write_report
 
     bag, out = robot.out / "bag", robot.out

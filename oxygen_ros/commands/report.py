@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from oxygen_ros.tools.bag_summary import bag_dir, format_summary
+    from oxygen_ros.tools.bag_read import bag_dir
+    from oxygen_ros.tools.bag_summary_text import format_summary
     from oxygen_ros.tools.bag_task import format_task
     from oxygen_ros.tools.report import write_report
 

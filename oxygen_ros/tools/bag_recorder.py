@@ -63,7 +63,7 @@ RECORDED = [
     Topic("", GROUND_TRUTH, TF),                       # the sim's, when there is one
 ]
 DEPTH = 1000   # keep-last depth of each subscription: a long stall still loses nothing
-# the bag's custom data keys naming the trajectory topics (tools/bag_summary.py reads them)
+# the bag's custom data keys naming the trajectory topics (tools/bag_read.py reads them)
 TRAJECTORY_KEY = "oxygen.trajectory_topic"
 EXPERT_TRAJECTORIES_KEY = "oxygen.expert_trajectory_topics"    # comma-separated
 RECORDER_NODE_KEY = "oxygen.recorder_node"    # the recorder's own node (its parameter events are not the robot's)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import cube_place
 from .bag_recorder import TF
-from .bag_summary import bag_dir, typestore_for
+from .bag_read import bag_dir, typestore_for
 
 FRAMES = ("cube", "bowl", "gripper")
 

@@ -13,7 +13,7 @@ import math
 import re
 
 from . import cube_place
-from .bag_summary import TEXT, TIMING, bag_dir, typestore_for
+from .bag_read import TEXT, TIMING, bag_dir, typestore_for
 from .bag_task import read_places
 
 TRAINING_SEEDS = range(1000, 2000)

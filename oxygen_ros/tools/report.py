@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 
 from .bag_task import task_summary
-from .bag_summary import (TIMING_PHASES, FrameLookup, RunData, arm_track, boundary_jumps, read_bag,
-                          request_timeline, summarize, time_origin)
+from .bag_read import TIMING_PHASES, RunData, read_bag
+from .bag_summary import FrameLookup, arm_track, boundary_jumps, request_timeline, summarize, time_origin
 
 PHASE_COLORS = {"prefill": "#4C72B0", "action": "#DD8452", "admit": "#8172B3", "decode": "#55A868"}
 STREAM_COLORS = {"narration": "#1f77b4", "memory": "#2ca02c", "answer": "#d62728"}

@@ -16,7 +16,7 @@ MP4 (yuv420p, even size; imageio + imageio-ffmpeg) and the still FILE.png beside
   border around the image and a "chunk N" label.
 - The still: a marked frame from the middle half of the run with the most caption text.
 
-Times are header stamps (the node's clock, as in bag_summary); a camera image without a
+Times are header stamps (the node's clock, as in bag_read); a camera image without a
 stamp uses the bag's receive time. Images are decoded one at a time (two passes over the
 bag), so long runs fit in memory; a corrupt image repeats the previous one.
 """
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .bag_summary import RunData, typestore_for, bag_dir, read_bag, time_origin
+from .bag_read import RunData, bag_dir, read_bag, typestore_for
+from .bag_summary import time_origin
 from .report import STREAM_COLORS
 
 CAMERA = "sensor_msgs/msg/CompressedImage"

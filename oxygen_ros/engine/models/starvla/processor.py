@@ -1,5 +1,6 @@
 """Policy I/O for StarVLA QwenPI_v3 checkpoints ("Qwen3VL-PI_v3"), as StarVLA's own code does it.
-Where a run keeps its files: run_files.py; its dataset_statistics.json parsed: dataset_stats.py.
+Where a run keeps its files: run_files.py; its dataset_statistics.json parsed: dataset_stats.py;
+the state as text (normalised, binned, after the instruction): state_text.py.
 
 Sources (repo starVLA/starVLA unless named otherwise; read for facts, no code copied):
   S1  starVLA/model/framework/VLM4A/QwenPI_v3.py: state2str_transform,
@@ -98,17 +99,13 @@ import numpy as np
 from ...policy_io.errors import PolicyIOError
 from ..qwen3vl.image_processing import RESIZE_MODES, Qwen3VLImageSettings, qwen3vl_pixels
 from .dataset_stats import (EXPECTED_STATS, STAT_FIELDS, ActionStats, action_keys, entry_state_stats,
-                            parse_action_stats, stat_vector)
+                            parse_action_stats)
 from .run_files import (CONFIG_FILES, PREPROCESSOR_FILE, STATS_FILE, find_run_file, read_json, read_run_config,
                         run_dirs)
+from .state_text import (ACTION_MARKER, BINARY_THRESHOLD, STATE_BINS, STATE_MARKER, STATE_MODES, bins_text,
+                         normalize_state, state_bins, state_vector, with_state)
 
-STATE_BINS = 256
-BIN_EDGES = np.linspace(-1.0, 1.0, STATE_BINS + 1)[:-1]       # S1: 256 left edges
-STATE_MARKER = "[STATE]"
-ACTION_MARKER = "[ACTION]"
-STATE_MODES = ("q99", "min_max", "mean_std", "binary", "none")
 ACTION_NORMS = ("q99", "min_max")
-BINARY_THRESHOLD = 0.5
 DEFAULT_HORIZON = 16
 IMAGE_SLOT = "<|vision_start|><|image_pad|><|vision_end|>"
 
@@ -119,40 +116,6 @@ def _get(d, *keys, default=None):
             return default
         d = d[key]
     return d
-
-
-# -- state bins -----------------------------------------------------------------------------
-def _state_vector(state, when: str = "") -> np.ndarray:
-    """A state as a finite float64 vector [S] ([1, S] accepted: S1 uses state[0])."""
-    x = np.asarray(state)
-    if x.ndim == 2 and x.shape[0] == 1:
-        x = x[0]
-    if x.ndim != 1 or x.size == 0 or x.dtype.kind not in "iuf":
-        raise PolicyIOError(f"state must be a non-empty 1-D numeric vector (or [1, S]), got "
-                            f"{getattr(x, 'dtype', '')} shape {x.shape}")
-    x = x.astype(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise PolicyIOError(f"state contains NaN or inf{' ' + when if when else ''}: {x.tolist()}")
-    return x
-
-
-def state_bins(normalized_state, clip: bool = False) -> np.ndarray:
-    """A normalised state [S] -> int64 bins [S], StarVLA's np.digitize over 256 uniform bins
-    on [-1, 1] (see the module docstring for the edges): below -1 is bin -1, as StarVLA
-    writes it; clip=True clips to [-1, 1] first (below -1 is bin 0)."""
-    x = _state_vector(normalized_state, "after normalisation")
-    if clip:
-        x = np.clip(x, -1.0, 1.0)
-    return (np.digitize(x, BIN_EDGES) - 1).astype(np.int64)
-
-
-def bins_text(bins) -> str:
-    return " ".join(str(int(b)) for b in bins)
-
-
-def with_state(instruction: str, state_str: str) -> str:
-    """S1's add_discretized_state_to_instruction for one example."""
-    return f"{instruction} {STATE_MARKER} {state_str} {ACTION_MARKER}"
 
 
 @dataclass
@@ -203,45 +166,12 @@ class StarVLAPolicyIO:
         return tuple(self.state_modes)
 
     def _raw_state(self, state) -> np.ndarray:
-        return _state_vector(state)
+        return state_vector(state)
 
     def normalize_state(self, state) -> np.ndarray:
         """Raw state [S] -> the training transform's normalised state [S] float64 (S5)."""
         x = self._raw_state(state)
-        modes = self._modes(x.size)
-        out = x.copy()
-        stats = self.state_stats
-        where = f"{self.stats_file}: {self.unnorm_key!r}.state"
-        for mode in set(modes):
-            dims = np.array([i for i, m in enumerate(modes) if m == mode])
-            if mode == "none":
-                continue
-            if mode == "binary":
-                out[dims] = (x[dims] > BINARY_THRESHOLD).astype(np.float64)
-                continue
-            if stats is None:
-                raise PolicyIOError(f"{self.stats_file}: key {self.unnorm_key!r} has no 'state' (or 'proprio') "
-                                    f"statistics, which state mode {mode!r} needs; pass state_modes='none' "
-                                    "for a state normalised already")
-            a_key, b_key = STAT_FIELDS[mode]
-            if a_key not in stats or b_key not in stats:
-                raise PolicyIOError(f"{where} lacks {a_key}/{b_key} for state mode {mode!r} (has {sorted(stats)})")
-            a = stat_vector(stats[a_key], f"{where}.{a_key}")
-            b = stat_vector(stats[b_key], f"{where}.{b_key}", a.size)
-            if a.size != x.size:
-                raise PolicyIOError(f"state has {x.size} dims but {where}.{a_key} has {a.size}")
-            a, b, v = a[dims], b[dims], x[dims]
-            if mode == "q99":
-                ok = a != b
-                y = np.where(ok, 2.0 * (v - a) / np.where(ok, b - a, 1.0) - 1.0, v)
-                out[dims] = np.clip(y, -1.0, 1.0)
-            elif mode == "min_max":
-                ok = a != b
-                out[dims] = np.where(ok, 2.0 * (v - a) / np.where(ok, b - a, 1.0) - 1.0, 0.0)
-            else:                                         # mean_std
-                ok = b != 0
-                out[dims] = np.where(ok, (v - a) / np.where(ok, b, 1.0), v)
-        return out
+        return normalize_state(x, self._modes(x.size), self.state_stats, self.stats_file, self.unnorm_key)
 
     def state_bins(self, state, normalized: bool = False) -> np.ndarray:
         """Raw (or, with normalized=True, already normalised) state -> its 256-bin numbers."""

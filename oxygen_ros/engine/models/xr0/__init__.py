@@ -3,7 +3,8 @@ its deploy policy I/O (processor), its checkpoint layout and its profiles."""
 from .checkpoint import checkpoint_kind, inspect_checkpoint, load_xr0
 from .configuration import PROFILES
 from .head import XR0Head, XR0HeadConfig
-from .processor import XR0PolicyIO, load_xr0_policy_io
+from .policy_io_loader import load_xr0_policy_io
+from .processor import XR0PolicyIO
 
 __all__ = ["PROFILES", "XR0Head", "XR0HeadConfig", "XR0PolicyIO", "checkpoint_kind", "inspect_checkpoint",
            "load", "load_xr0", "load_xr0_policy_io"]
