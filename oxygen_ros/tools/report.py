@@ -46,78 +46,73 @@ def _lanes(intervals):
     return out
 
 
-def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = "") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    t0 = time_origin(data)
-    fig, (ax_c, ax_f, ax_j, ax_r) = plt.subplots(4, 1, figsize=(15, 11), sharex=True,
-                                                 gridspec_kw={"height_ratios": [1.2, 2.2, 1.2, 2.0]})
+def _plot_chunks(ax, data: RunData, summary: dict, t0: float) -> None:
+    """Panel 1: the interval before each action chunk, missed deadlines, chunk latency."""
     period_ms = summary["frames"]["period_ms"]
     c = summary["chunks"]
-
-    # 1. chunks
     stamps = [s - t0 for s, _, _ in data.chunks]
     if len(stamps) > 1:
         iv = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
-        ax_c.plot(stamps[1:], iv, "-", color="#333333", lw=0.8, zorder=1)
-        ax_c.scatter(stamps[1:], iv, s=8, color="#333333", zorder=2, label="interval before a chunk")
+        ax.plot(stamps[1:], iv, "-", color="#333333", lw=0.8, zorder=1)
+        ax.scatter(stamps[1:], iv, s=8, color="#333333", zorder=2, label="interval before a chunk")
     missed = [f.end_s - t0 for f in data.frames if f.missed]
     if missed and stamps:
-        ax_c.scatter(missed, [period_ms or 0] * len(missed), marker="v", s=18, color="#d62728", zorder=3,
-                     label="frame missed its deadline")
+        ax.scatter(missed, [period_ms or 0] * len(missed), marker="v", s=18, color="#d62728", zorder=3,
+                  label="frame missed its deadline")
     latency = [(f.end_s - t0, f.chunk_latency_ms) for f in data.frames if f.chunk_latency_ms is not None]
     if latency:
-        ax_c.scatter(*zip(*latency), s=8, marker="s", color="#DD8452", zorder=2,
-                     label="chunk latency (observation to publish)")
+        ax.scatter(*zip(*latency), s=8, marker="s", color="#DD8452", zorder=2,
+                  label="chunk latency (observation to publish)")
     if period_ms:
-        ax_c.axhline(period_ms, ls="--", color="gray", lw=1, label=f"period {period_ms:.0f} ms")
-    ax_c.set_ylabel("chunk interval,\nlatency (ms)")
+        ax.axhline(period_ms, ls="--", color="gray", lw=1, label=f"period {period_ms:.0f} ms")
+    ax.set_ylabel("chunk interval,\nlatency (ms)")
     rate = c["achieved_rate_hz"]
-    ax_c.set_title(f"{c['count']} action chunks at {rate:.2f} Hz" if rate else f"{c['count']} action chunks",
-                   loc="left", fontsize=10)
+    ax.set_title(f"{c['count']} action chunks at {rate:.2f} Hz" if rate else f"{c['count']} action chunks",
+                loc="left", fontsize=10)
     top = max([(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])] + [period_ms or 1.0] + [v for _, v in latency])
-    ax_c.set_ylim(0, top * 1.2)
-    if ax_c.get_legend_handles_labels()[0]:
-        ax_c.legend(**LEGEND)
+    ax.set_ylim(0, top * 1.2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**LEGEND)
 
-    # 2. frames, stacked by phase, each bar as wide as the frame lasted
+
+def _plot_frames(ax, data: RunData, summary: dict, t0: float) -> None:
+    """Panel 2: frames stacked by phase, each bar as wide as the frame lasted."""
+    period_ms = summary["frames"]["period_ms"]
     if data.frames:
         x = [f.start_s - t0 for f in data.frames]
         w = [max(f.total_ms / 1e3, 1e-4) for f in data.frames]
         bottom = [0.0] * len(x)
         for ph in TIMING_PHASES:
             h = [f.phases_ms[ph] for f in data.frames]
-            ax_f.bar(x, h, width=w, bottom=bottom, align="edge", color=PHASE_COLORS[ph], label=ph,
-                     linewidth=0)
+            ax.bar(x, h, width=w, bottom=bottom, align="edge", color=PHASE_COLORS[ph], label=ph,
+                  linewidth=0)
             bottom = [b + v for b, v in zip(bottom, h)]
         late = [f for f in data.frames if f.missed]
         if late:
-            ax_f.bar([f.start_s - t0 for f in late], [sum(f.phases_ms.values()) for f in late],
-                     width=[f.total_ms / 1e3 for f in late], align="edge", fill=False, edgecolor="#d62728",
-                     linewidth=1.2, label="missed deadline")
+            ax.bar([f.start_s - t0 for f in late], [sum(f.phases_ms.values()) for f in late],
+                  width=[f.total_ms / 1e3 for f in late], align="edge", fill=False, edgecolor="#d62728",
+                  linewidth=1.2, label="missed deadline")
         sent = [(f.start_s - t0 + f.chunk_ms / 1e3, sum(f.phases_ms[p] for p in ("prefill", "action")))
                 for f in data.frames if f.chunk_ms]
         if sent:
-            ax_f.scatter(*zip(*sent), marker="_", s=120, color="black", zorder=3, label="chunk published")
+            ax.scatter(*zip(*sent), marker="_", s=120, color="black", zorder=3, label="chunk published")
         if period_ms:
-            ax_f.axhline(period_ms, ls="--", color="gray", lw=1, label="period")
+            ax.axhline(period_ms, ls="--", color="gray", lw=1, label="period")
         means = summary["frames"]["phase_ms_mean"]
-        ax_f.set_title("frames: " + ", ".join(f"{ph} {means[ph]:.1f}" for ph in TIMING_PHASES)
-                       + " ms (mean)", loc="left", fontsize=10)
-    ax_f.set_ylabel("frame phases\n(ms)")
-    if ax_f.get_legend_handles_labels()[0]:
-        ax_f.legend(**LEGEND)
+        ax.set_title("frames: " + ", ".join(f"{ph} {means[ph]:.1f}" for ph in TIMING_PHASES)
+                    + " ms (mean)", loc="left", fontsize=10)
+    ax.set_ylabel("frame phases\n(ms)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**LEGEND)
 
-    # 3. boundary jumps at each trajectory switch
+
+def _plot_jumps(ax, data: RunData, summary: dict, t0: float) -> None:
+    """Panel 3: the boundary jumps at each trajectory switch (and the arm's, with joint states)."""
     jumps, _ = boundary_jumps(data)
     if jumps:
-        ax_j.scatter([j.time - t0 for j in jumps], [j.position_jump for j in jumps], s=10, color="#4C72B0",
-                     label="position jump (rad)")
-        ax_v = ax_j.twinx()
+        ax.scatter([j.time - t0 for j in jumps], [j.position_jump for j in jumps], s=10, color="#4C72B0",
+                  label="position jump (rad)")
+        ax_v = ax.twinx()
         ax_v.scatter([j.time - t0 for j in jumps], [j.velocity_jump for j in jumps], s=10, marker="x",
                      color="#C44E52", label="velocity jump (rad/s)")
         arm = arm_track(data)
@@ -128,20 +123,24 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
                          label=f"actual velocity change, {arm.summary()['window_s']:g} s window (rad/s)")
         ax_v.set_ylabel("velocity\n(rad/s)")
         ax_v.set_ylim(bottom=0)
-        handles = ax_j.get_legend_handles_labels()[0] + ax_v.get_legend_handles_labels()[0]
-        ax_j.legend(handles=handles, **{**LEGEND, "bbox_to_anchor": (1.05, 1.0)})
+        handles = ax.get_legend_handles_labels()[0] + ax_v.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, **{**LEGEND, "bbox_to_anchor": (1.05, 1.0)})
     bj = summary.get("robot_time", {}).get("boundary_jumps", {})
     arm = summary.get("robot_time", {}).get("arm")
     tracking = (f"; arm tracking error rms {arm['tracking_error']['rms']:.4f}, actual velocity change max "
                 f"{arm['switches']['actual']['velocity_change_max']:.3f} rad/s"
                 if arm and arm["tracking_error"]["rms"] is not None else "")
-    ax_j.set_title(f"boundary jumps at {bj.get('count', 0)} trajectory switches (commanded): position max "
-                   f"{bj.get('position_max') or 0:.4f} rad, velocity max {bj.get('velocity_max') or 0:.3f} rad/s"
-                   + tracking, loc="left", fontsize=10)
-    ax_j.set_ylabel("position\n(rad)")
-    ax_j.set_ylim(bottom=0)
+    ax.set_title(f"boundary jumps at {bj.get('count', 0)} trajectory switches (commanded): position max "
+                f"{bj.get('position_max') or 0:.4f} rad, velocity max {bj.get('velocity_max') or 0:.3f} rad/s"
+                + tracking, loc="left", fontsize=10)
+    ax.set_ylabel("position\n(rad)")
+    ax.set_ylim(bottom=0)
 
-    # 4. language requests, one lane set per stream
+
+def _plot_requests(ax, data: RunData, summary: dict, t0: float) -> None:
+    """Panel 4: language requests, one lane set per stream."""
+    from matplotlib.patches import Patch
+
     lookup = FrameLookup.of(data)
     rows = [request_timeline(data, r, t0, lookup) for r in data.requests]
     yticks, ylabels, base = [], [], 0
@@ -153,27 +152,40 @@ def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = ""
         color = STREAM_COLORS.get(stream, "#7f7f7f")
         for r, lane in zip(rs, lanes):
             y = base + lane
-            ax_r.plot([r["start_s"], r["first_chunk_s"]], [y, y], color=color, lw=1, alpha=0.6)
-            ax_r.barh(y, max(r["last_chunk_s"] - r["first_chunk_s"], 0.02), left=r["first_chunk_s"],
-                      height=0.7, color=color, alpha=0.85 if r["done"] else 0.4,
-                      edgecolor="black" if not r["done"] else color)
+            ax.plot([r["start_s"], r["first_chunk_s"]], [y, y], color=color, lw=1, alpha=0.6)
+            ax.barh(y, max(r["last_chunk_s"] - r["first_chunk_s"], 0.02), left=r["first_chunk_s"],
+                   height=0.7, color=color, alpha=0.85 if r["done"] else 0.4,
+                   edgecolor="black" if not r["done"] else color)
             if stream == "answer":         # the answer's text above its bar, inside the panel
                 text = " ".join(r["text"].split())
-                ax_r.annotate(f"{text[:90]}{'…' if len(text) > 90 else ''}", (r["first_chunk_s"], y - 0.45),
-                              va="bottom", fontsize=8, color=color, annotation_clip=False, clip_on=True)
+                ax.annotate(f"{text[:90]}{'…' if len(text) > 90 else ''}", (r["first_chunk_s"], y - 0.45),
+                           va="bottom", fontsize=8, color=color, annotation_clip=False, clip_on=True)
         n = max(lanes) + 1
         yticks.append(base + (n - 1) / 2)
         ylabels.append(f"{stream} ({len(rs)})")
         base += n + 1
-    ax_r.set_yticks(yticks, ylabels)
-    ax_r.set_ylim(-1, max(base, 1))
-    ax_r.invert_yaxis()
+    ax.set_yticks(yticks, ylabels)
+    ax.set_ylim(-1, max(base, 1))
+    ax.invert_yaxis()
     lang = summary["language"]
     tps = lang["tokens_per_s"]
-    ax_r.set_title(f"language requests, first to last text chunk: {lang['requests']} requests, "
-                   f"{lang['tokens']} tokens" + (f", {tps:.1f} tok/s" if tps else ""), loc="left", fontsize=10)
-    ax_r.legend(handles=[Patch(color=STREAM_COLORS[s], label=s) for s in STREAM_COLORS],
-                **LEGEND)
+    ax.set_title(f"language requests, first to last text chunk: {lang['requests']} requests, "
+                f"{lang['tokens']} tokens" + (f", {tps:.1f} tok/s" if tps else ""), loc="left", fontsize=10)
+    ax.legend(handles=[Patch(color=STREAM_COLORS[s], label=s) for s in STREAM_COLORS],
+             **LEGEND)
+
+
+def plot_timeline(data: RunData, summary: dict, png: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = time_origin(data)
+    fig, (ax_c, ax_f, ax_j, ax_r) = plt.subplots(4, 1, figsize=(15, 11), sharex=True,
+                                                 gridspec_kw={"height_ratios": [1.2, 2.2, 1.2, 2.0]})
+    for plot, ax in ((_plot_chunks, ax_c), (_plot_frames, ax_f), (_plot_jumps, ax_j), (_plot_requests, ax_r)):
+        plot(ax, data, summary, t0)
     ax_r.set_xlabel("time since the first frame (s)")
     end = summary["duration_s"] or 1.0
     ax_r.set_xlim(-0.01 * end, end * 1.02)

@@ -342,6 +342,64 @@ def _dims(values, n: int, what: str) -> tuple[int, ...]:
     return tuple(sorted(dims))
 
 
+def _stats_file(stats_path, dirs: list[Path]) -> Path:
+    """The dataset_statistics.json: the one given, else the run's (S3)."""
+    if stats_path is not None:
+        stats_file = Path(os.path.expanduser(str(stats_path)))
+        if not stats_file.is_file():
+            raise PolicyIOError(f"statistics file {stats_file} does not exist; it should hold {EXPECTED_STATS}")
+        return stats_file
+    stats_file = find_run_file(dirs, (STATS_FILE,))
+    if stats_file is None:
+        raise PolicyIOError(f"no {STATS_FILE} in {' or '.join(str(d) for d in dirs)}: StarVLA writes it "
+                            f"beside config.yaml in the run directory (the .pt's parent's parent); it "
+                            f"should hold {EXPECTED_STATS}. Or pass stats_path=.")
+    return stats_file
+
+
+def _run_settings(config: dict, config_file, stats_file: Path, unnorm_key: str, d: int, n_images: int | None):
+    """(horizon, n_images, CoT prompt, train image size) from the run's config, checked
+    against the statistics' action dims `d`."""
+    action_cfg = _get(config, "framework", "action_model", default={}) or {}
+    horizon = action_cfg.get("action_horizon")
+    if horizon is None and action_cfg.get("future_action_window_size") is not None:
+        horizon = int(action_cfg["future_action_window_size"]) + 1
+    horizon = DEFAULT_HORIZON if horizon is None else horizon
+    if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
+        raise PolicyIOError(f"{config_file}: framework.action_model.action_horizon must be a positive int, got {horizon!r}")
+    cfg_dim = action_cfg.get("action_dim")
+    if cfg_dim is not None and cfg_dim != d:
+        raise PolicyIOError(f"{config_file}: framework.action_model.action_dim is {cfg_dim} but "
+                            f"{stats_file.name}[{unnorm_key!r}].action has {d} dims")
+    vla = _get(config, "datasets", "vla_data", default={}) or {}
+    cot = vla.get("CoT_prompt")
+    if n_images is None:
+        obs = vla.get("obs")
+        n_images = len(obs) if isinstance(obs, (list, tuple)) and obs else 1
+    size = vla.get("image_size")
+    if size is not None:
+        if not isinstance(size, (list, tuple)) or len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
+            raise PolicyIOError(f"{config_file}: datasets.vla_data.image_size must be [width, height], got {size!r}")
+        size = (int(size[0]), int(size[1]))
+    return horizon, n_images, cot, size
+
+
+def _image_settings(preprocessor_config, dirs: list[Path], resize_mode: str) -> tuple[Qwen3VLImageSettings, str]:
+    """The Qwen3-VL image settings and where they came from (B2): the preprocessor config
+    given, else one among `dirs`, else Qwen3-VL's defaults."""
+    pre_file = Path(os.path.expanduser(str(preprocessor_config))) if preprocessor_config is not None \
+        else find_run_file(dirs, (PREPROCESSOR_FILE,))
+    if pre_file is not None:
+        if not pre_file.is_file():
+            raise PolicyIOError(f"preprocessor config {pre_file} does not exist")
+        settings = Qwen3VLImageSettings.from_hf_dict(read_json(pre_file), resize_mode=resize_mode)
+        source = str(pre_file)
+    else:
+        settings = Qwen3VLImageSettings(resize_mode=resize_mode)
+        source = "Qwen3-VL defaults (no preprocessor_config.json)"
+    return settings, source
+
+
 def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = None, *,
                            stats_path: str | os.PathLike | None = None, action_norm: str = "q99",
                            state_modes: str | Sequence[str] = "q99", clip_state: bool = False,
@@ -371,16 +429,7 @@ def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = Non
         if m not in STATE_MODES:
             raise PolicyIOError(f"state mode {m!r} is not one of {STATE_MODES}")
 
-    if stats_path is not None:
-        stats_file = Path(os.path.expanduser(str(stats_path)))
-        if not stats_file.is_file():
-            raise PolicyIOError(f"statistics file {stats_file} does not exist; it should hold {EXPECTED_STATS}")
-    else:
-        stats_file = find_run_file(dirs, (STATS_FILE,))
-        if stats_file is None:
-            raise PolicyIOError(f"no {STATS_FILE} in {' or '.join(str(d) for d in dirs)}: StarVLA writes it "
-                                f"beside config.yaml in the run directory (the .pt's parent's parent); it "
-                                f"should hold {EXPECTED_STATS}. Or pass stats_path=.")
+    stats_file = _stats_file(stats_path, dirs)
     stats = read_json(stats_file)
     keys = action_keys(stats)
     if not keys:
@@ -401,38 +450,8 @@ def load_starvla_policy_io(path: str | os.PathLike, unnorm_key: str | None = Non
 
     config_file = find_run_file([stats_file.parent, *dirs], CONFIG_FILES)
     config = read_run_config(config_file) if config_file is not None else {}
-    action_cfg = _get(config, "framework", "action_model", default={}) or {}
-    horizon = action_cfg.get("action_horizon")
-    if horizon is None and action_cfg.get("future_action_window_size") is not None:
-        horizon = int(action_cfg["future_action_window_size"]) + 1
-    horizon = DEFAULT_HORIZON if horizon is None else horizon
-    if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
-        raise PolicyIOError(f"{config_file}: framework.action_model.action_horizon must be a positive int, got {horizon!r}")
-    cfg_dim = action_cfg.get("action_dim")
-    if cfg_dim is not None and cfg_dim != d:
-        raise PolicyIOError(f"{config_file}: framework.action_model.action_dim is {cfg_dim} but "
-                            f"{stats_file.name}[{unnorm_key!r}].action has {d} dims")
-    vla = _get(config, "datasets", "vla_data", default={}) or {}
-    cot = vla.get("CoT_prompt")
-    if n_images is None:
-        obs = vla.get("obs")
-        n_images = len(obs) if isinstance(obs, (list, tuple)) and obs else 1
-    size = vla.get("image_size")
-    if size is not None:
-        if not isinstance(size, (list, tuple)) or len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
-            raise PolicyIOError(f"{config_file}: datasets.vla_data.image_size must be [width, height], got {size!r}")
-        size = (int(size[0]), int(size[1]))
-
-    pre_file = Path(os.path.expanduser(str(preprocessor_config))) if preprocessor_config is not None \
-        else find_run_file([stats_file.parent, *dirs], (PREPROCESSOR_FILE,))
-    if pre_file is not None:
-        if not pre_file.is_file():
-            raise PolicyIOError(f"preprocessor config {pre_file} does not exist")
-        settings = Qwen3VLImageSettings.from_hf_dict(read_json(pre_file), resize_mode=resize_mode)
-        source = str(pre_file)
-    else:
-        settings = Qwen3VLImageSettings(resize_mode=resize_mode)
-        source = "Qwen3-VL defaults (no preprocessor_config.json)"
+    horizon, n_images, cot, size = _run_settings(config, config_file, stats_file, unnorm_key, d, n_images)
+    settings, source = _image_settings(preprocessor_config, [stats_file.parent, *dirs], resize_mode)
     return StarVLAPolicyIO(run_dir=stats_file.parent, stats_file=stats_file, stats=stats, unnorm_key=unnorm_key,
                            action_stats=action_stats, config=config, config_file=config_file,
                            action_norm=action_norm, state_modes=modes, clip_state=bool(clip_state),
