@@ -217,7 +217,7 @@ class FleetEngine:
         ready: dict = {}
         extra: dict = {r: {} for r in robots}
         # one robot alone takes the single-robot path (its fused sampling, where built): a batch of
-        # one gains nothing and the batched sampling is eager (x0.7 the chunk rate, smol on CPU)
+        # one gains nothing and the batched sampling is eager, slower (docs/benchmark.md, fleet mode)
         if self.batch.batched and len(robots) > 1:
             with timer("prefill"):
                 span = self.batch.prefill(prefixes, first)

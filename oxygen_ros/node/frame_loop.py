@@ -118,7 +118,7 @@ class FrameLoop:
     def _first_inputs(self, clock: TickClock) -> bool:
         """Before the first frame, poll the inputs until the next tick instead of sleeping:
         the subscriptions are new at each configure and their first messages come just after
-        activation, which made the first chunk a whole period late (4 s at 0.25 Hz). True
+        activation, which made the first chunk a whole period late (docs/node.md). True
         (and the ticks restarted from now) once they are usable; False at once when they
         were (the tick failed otherwise: the next one as usual)."""
         if self._usable():

@@ -441,8 +441,7 @@ class OxygenNode(LifecycleNode):
         gc.collect()
         # A callback that took a robot's runtime just before (diagnostics, a sensor message) may hold
         # it a moment longer: trim once it is gone, collecting garbage meanwhile (waiting alone
-        # still left the model resident into the next cycle in 2 of 50 smol cycles: 1.2 and
-        # 1.4 GB after cleanup, 2.3 GB active; none in 50 with the collection).
+        # sometimes left the model resident into the next cycle: docs/node.md, lifecycle cycles).
         end = time.monotonic() + 1.0
         while alive() is not None and time.monotonic() < end:
             time.sleep(0.01)

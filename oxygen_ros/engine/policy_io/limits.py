@@ -4,7 +4,7 @@ Models trained by no public pipeline (the random-weight profiles) see each state
 [lower, upper] range as [-1, 1] and give actions in the same space. Images are the
 engine's own rule (stretched to the model's square, engine/observation.py), the prompt its
 `Task: ..., State: ...;\\nAction: ` prefix. Checkpoints trained by openpi or LeRobot use
-PolicyIO instead (policy.py): their statistics, resize-with-pad and prompt format.
+PolicyIO instead (models/pi05/processor.py): their statistics, resize-with-pad and prompt format.
 """
 from __future__ import annotations
 

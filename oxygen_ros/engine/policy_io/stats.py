@@ -7,7 +7,7 @@ LeRobot: policy_preprocessor.json / policy_postprocessor.json = {"name", "steps"
          step's state_file holds `observation.state.<stat>` (and action.*), the
          `unnormalizer_processor` step's holds `action.<stat>`. Read as float32, as LeRobot does.
 Readers report what they found; whether something is missing depends on the normalization
-chosen, which policy.py decides.
+chosen, which the policy I/O that reads them decides (models/pi05/processor.py).
 """
 from __future__ import annotations
 
