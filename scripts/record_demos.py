@@ -21,7 +21,7 @@ A shard out/demos/episode_<seed>.npz (np.savez_compressed) holds, for T frames:
   grasp_contact   bool [T]          the cube touches both fingers
   phase           int8 [T]          index into phase_names (the expert's phase of the task)
   place           int8 [T]          index into place_names (tools/cube_place.py: table, gripper, bowl)
-  seed, success, action_rate_hz, image_size, phase_names, place_names, joint_names, format_version
+  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), phase_names, place_names, joint_names, format_version
 Seeds already recorded are skipped, so a stopped run resumes.
 """
 import argparse
@@ -41,8 +41,10 @@ def seed_range(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
-def record_episode(world, seed: int, size: int) -> tuple[dict, bool]:
-    """One episode's arrays (the shard's keys) and its success."""
+def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0) -> tuple[dict, bool]:
+    """One episode's arrays (the shard's keys) and its success; perturb_rad > 0: DART-style
+    offsets of that size on the executed chunks (scripted_expert.Perturbation, seeded by the
+    episode's seed), the recorded chunks the plan's."""
     from oxygen_ros.tools import cube_place, scripted_expert as se
 
     rows = {k: [] for k in ("time_s", "joint_position", "joint_velocity", "action_chunk", "cube_pose",
@@ -64,7 +66,8 @@ def record_episode(world, seed: int, size: int) -> tuple[dict, bool]:
         rows["phase"].append(se.PHASE_NAMES.index(phase))
         rows["place"].append(cube_place.PLACES.index(cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0])))
 
-    ep = se.rollout(world, seed, on_frame=on_frame)
+    perturb = se.Perturbation(np.random.default_rng([seed, 7]), perturb_rad) if perturb_rad > 0 else None
+    ep = se.rollout(world, seed, on_frame=on_frame, perturb=perturb)
     out = {f"image_{v}": np.stack(images[v]).astype(np.uint8) for v in VIEWS}
     dtypes = {"time_s": np.float64, "grasp_contact": bool, "phase": np.int8, "place": np.int8}
     out.update({k: np.asarray(v, dtype=dtypes.get(k, np.float32)) for k, v in rows.items()})
@@ -77,6 +80,9 @@ def main() -> int:
                     help="A-B inclusive (training seeds: 1000-1999)")
     ap.add_argument("--out", default="out/demos", help="folder of the shards (git-ignored under out/)")
     ap.add_argument("--image-size", type=int, default=128, help="camera images S x S (the demo's: 128)")
+    ap.add_argument("--perturb", type=float, default=0.0, metavar="RAD",
+                    help="DART-style noise: now and then offset the executed arm joints by about RAD "
+                         "(normal) for 0.5 s in the free-space phases, labels stay the plan's (0: off)")
     ap.add_argument("--keep-failures", action="store_true",
                     help="also write episodes the expert failed (success=False in the shard)")
     args = ap.parse_args()
@@ -96,7 +102,7 @@ def main() -> int:
     for seed in todo:
         t0 = time.monotonic()
         with PandaWorld() as world:          # fresh physics; its renderers closed at the end
-            arrays, success = record_episode(world, seed, args.image_size)
+            arrays, success = record_episode(world, seed, args.image_size, args.perturb)
         done += 1
         if not success:
             failed += 1
@@ -104,7 +110,7 @@ def main() -> int:
                 print(f"seed {seed}: the expert failed; not written", flush=True)
                 continue
         meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(se.ACTION_RATE_HZ),
-                "image_size": np.int64(args.image_size), "phase_names": np.array(se.PHASE_NAMES),
+                "image_size": np.int64(args.image_size), "perturb_rad": np.float64(args.perturb), "phase_names": np.array(se.PHASE_NAMES),
                 "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
                 "format_version": np.int64(FORMAT_VERSION)}
         tmp = out / f".episode_{seed}.tmp.npz"

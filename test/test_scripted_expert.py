@@ -45,3 +45,22 @@ def test_expert_puts_the_cube_in_the_bowl(world, seed):
     assert ep.success and ep.grasped and ep.final_place == "bowl"
     assert frames[0][1] == (se.CHUNK_POINTS, 8) and frames[-1][2] == "done"
     assert np.allclose(np.diff([f[0] for f in frames]), 1.0 / se.ACTION_RATE_HZ)
+
+
+def test_perturbed_rollout_leaves_the_path_records_the_plan_and_still_succeeds(world):
+    """DART-style demonstrations: the executed arm leaves the plan's path for a while, the
+    chunk handed to on_frame stays the plan's (the label), and the task still succeeds."""
+    seed = 2
+    plan = se.plan(world.model, ps.layout(seed), start=world.q)
+    recorded, off_path = [], []
+
+    def on_frame(step, t, chunk, phase):
+        recorded.append(chunk.copy())
+        if 0 < step < len(plan.targets):
+            off_path.append(np.abs(world.q[:7] - plan.targets[step - 1, :7]).max())
+
+    ep = se.rollout(world, seed, on_frame=on_frame,
+                    perturb=se.Perturbation(np.random.default_rng([seed, 7]), sigma_rad=0.06, chance=0.3))
+    assert ep.success
+    assert all(np.array_equal(c, se.chunk_at(plan, k)) for k, c in enumerate(recorded))
+    assert max(off_path) > 0.04        # the arm really left the path (clean: ~0.01 rad of lag)

@@ -43,6 +43,31 @@ class Plan:
 
 
 @dataclass
+class Perturbation:
+    """DART-style noise for demonstrations (Laskey et al. 2017): now and then the executed
+    chunk is offset on the 7 arm joints for a few frames while the recorded chunk stays the
+    plan's, so the data holds states off the expert's path labelled with the way back. Only
+    in `phases` (the free-space moves; a slip near the cube costs the grasp)."""
+    rng: np.random.Generator
+    sigma_rad: float = 0.06           # offset per joint, normal
+    chance: float = 0.12              # per frame, of starting an offset when none is active
+    hold_frames: int = 5              # frames an offset is held (0.5 s at 10 Hz)
+    phases: tuple = ("pre_grasp", "lift", "carry", "retreat")
+    _offset: np.ndarray = field(default=None, init=False, repr=False)
+    _left: int = field(default=0, init=False, repr=False)
+
+    def offset(self, phase: str) -> np.ndarray:
+        """The offset for this frame's executed chunk ([8], zero on the finger width)."""
+        if self._left == 0 and phase in self.phases and self.rng.random() < self.chance:
+            self._offset = np.append(self.rng.normal(0.0, self.sigma_rad, 7), 0.0)
+            self._left = self.hold_frames
+        if self._left == 0:
+            return np.zeros(8)
+        self._left -= 1
+        return self._offset
+
+
+@dataclass
 class Episode:
     seed: int | None
     success: bool
@@ -163,11 +188,12 @@ def chunk_at(p: Plan, step: int, points: int = CHUNK_POINTS) -> np.ndarray:
 
 
 def rollout(world, seed: int | None = None, rate_hz: float = ACTION_RATE_HZ, on_frame=None,
-            with_velocities: bool = True) -> Episode:
+            with_velocities: bool = True, perturb: Perturbation | None = None) -> Episode:
     """Run one episode on `world` (a PandaWorld; placed by `seed` if given, else as it is):
     one frame per target, each sending the chunk from that target on. `on_frame(step, t,
     chunk, phase)` is called at each frame's observation, before its chunk goes out (the
-    world as observed). Returns the episode scored by the place rule."""
+    world as observed; `chunk` is the plan's even when `perturb` offsets what is executed).
+    Returns the episode scored by the place rule."""
     from ..node.chunk_plan import plan_chunk
     from .trajectory_executor import TrajectoryExecutor
 
@@ -187,6 +213,8 @@ def rollout(world, seed: int | None = None, rate_hz: float = ACTION_RATE_HZ, on_
         f = world.frames()
         places.append(cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0]))
         grasped |= world.grasp_contact()
+        if perturb is not None:
+            chunk = np.clip(chunk + perturb.offset(phase), ps.LOWER, ps.UPPER)
         c = plan_chunk(chunk, t, dt, now_s=t, with_velocities=with_velocities)
         executor.receive(world.names, c.stamp_s, c.times, c.positions,
                          None if c.velocities is None else c.velocities, now=t)
