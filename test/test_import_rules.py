@@ -173,3 +173,21 @@ def test_registry_profiles_match_each_family(fam):
 def test_unknown_profile_names_the_known_ones():
     with pytest.raises(ValueError, match="unknown model profile 'nope'.*tiny.*xr0"):
         registry.load_model("nope")
+
+
+def test_starvla_dit_blocks_take_plain_numbers():
+    """dit.py's modules are built from numbers (width, heads, ...) as diffusers' are, not
+    from the head's config: no constructor reads fields of an argument, and dit.py imports
+    nothing of head.py."""
+    module = "oxygen_ros.engine.models.starvla.dit"
+    assert not {t for t in GRAPH[module] if t.startswith("oxygen_ros.engine.models.starvla.")}
+    reads = []
+    for cls in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                args = {a.arg for a in fn.args.args[1:] + fn.args.kwonlyargs}
+                reads += [f"{cls.name}: {n.value.id}.{n.attr}" for n in ast.walk(fn)
+                          if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in args]
+    assert not reads, f"dit.py's constructors read fields of their arguments: {reads}"

@@ -1,7 +1,10 @@
 """StarVLA QwenPI_v3's DiT, the modules of the checkpoint's `action_model.*`: the two time
 sinusoids, AdaLayerNorm, Attention, FeedForward, the blocks, DiT and ActionModel. Apart from
 head.py (PIv3Head: which layers it reads, its inputs, sampling), whose docstring gives the
-formulas and sources these follow."""
+formulas and sources these follow.
+
+Each module takes plain numbers (widths, heads, eps), as diffusers' blocks do: head.py reads
+them off the head's config (configuration.PIv3HeadConfig) and builds these."""
 from __future__ import annotations
 
 import math
@@ -9,10 +12,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-# The head's config (head.PIv3HeadConfig), read field by field: naming its class here would
-# tie this module back to head.py, which builds these blocks.
-HeadConfig = object
 
 
 # ---- the two sinusoids ------------------------------------------------------------
@@ -62,12 +61,12 @@ class MLP(nn.Module):
 
 
 class ActionEncoder(nn.Module):
-    def __init__(self, cfg: HeadConfig):
+    def __init__(self, action_dim: int, width: int, max_period: float):
         super().__init__()
-        self.max_period = cfg.time_max_period
-        self.layer1 = nn.Linear(cfg.action_dim, cfg.width)
-        self.layer2 = nn.Linear(2 * cfg.width, cfg.width)
-        self.layer3 = nn.Linear(cfg.width, cfg.width)
+        self.max_period = max_period
+        self.layer1 = nn.Linear(action_dim, width)
+        self.layer2 = nn.Linear(2 * width, width)
+        self.layer3 = nn.Linear(width, width)
 
     def forward(self, actions: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
         """actions [B, H, A], buckets [B] (one time per row) -> [B, H, W]:
@@ -97,11 +96,11 @@ class AdaLayerNorm(nn.Module):
 class Attention(nn.Module):
     """diffusers Attention(bias=True, out_bias=True) with SDPA, scale 1/sqrt(head_dim)."""
 
-    def __init__(self, cfg: HeadConfig, is_cross: bool):
+    def __init__(self, width: int, num_heads: int, head_dim: int, is_cross: bool):
         super().__init__()
         self.is_cross = is_cross
-        self.heads, self.head_dim = cfg.num_heads, cfg.head_dim
-        w = cfg.width
+        self.heads, self.head_dim = num_heads, head_dim
+        w = width
         self.to_q = nn.Linear(w, w)
         self.to_k = nn.Linear(w, w)      # cross_attention_dim = width (pre-projected encoder)
         self.to_v = nn.Linear(w, w)
@@ -161,14 +160,15 @@ class DiTBlock(nn.Module):
     """BasicTransformerBlock(norm_type="ada_norm"): the attention is cross when built
     with cross_attention_dim (it can still be run as self-attention, see DiT.forward)."""
 
-    def __init__(self, cfg: HeadConfig, built_cross: bool):
+    def __init__(self, width: int, num_heads: int, head_dim: int, built_cross: bool, *, ff_mult: int,
+                 norm_eps: float, positional_embeddings: str | None, max_num_positional_embeddings: int):
         super().__init__()
-        self.eps = cfg.norm_eps
-        self.norm1 = AdaLayerNorm(cfg.width, 1e-5)      # AdaLayerNorm(dim): its default eps
-        self.pos_embed = (SinusoidalPositionalEmbedding(cfg.width, cfg.max_num_positional_embeddings)
-                          if cfg.positional_embeddings == "sinusoidal" else None)
-        self.attn1 = Attention(cfg, built_cross)
-        self.ff = FeedForward(cfg.width, cfg.ff_mult)
+        self.eps = norm_eps
+        self.norm1 = AdaLayerNorm(width, 1e-5)      # AdaLayerNorm(dim): its default eps
+        self.pos_embed = (SinusoidalPositionalEmbedding(width, max_num_positional_embeddings)
+                          if positional_embeddings == "sinusoidal" else None)
+        self.attn1 = Attention(width, num_heads, head_dim, built_cross)
+        self.ff = FeedForward(width, ff_mult)
 
     def forward(self, x, temb, kv=None, mask=None):
         n = self.norm1(x, temb)
@@ -189,10 +189,10 @@ class TimestepEmbedding(nn.Module):
 
 
 class TimestepEncoder(nn.Module):
-    def __init__(self, cfg: HeadConfig):
+    def __init__(self, proj_dim: int, width: int, freq_shift: float, max_period: float):
         super().__init__()
-        self.dim, self.shift, self.max_period = cfg.time_proj_dim, cfg.time_freq_shift, cfg.time_max_period
-        self.timestep_embedder = TimestepEmbedding(cfg.time_proj_dim, cfg.width)
+        self.dim, self.shift, self.max_period = proj_dim, freq_shift, max_period
+        self.timestep_embedder = TimestepEmbedding(proj_dim, width)
 
     def forward(self, buckets: torch.Tensor) -> torch.Tensor:
         w = self.timestep_embedder.linear_1.weight
@@ -200,25 +200,37 @@ class TimestepEncoder(nn.Module):
 
 
 class DiT(nn.Module):
-    def __init__(self, cfg: HeadConfig):
+    """built_cross: per block, whether it is built with cross-attention (one per block);
+    the time_* numbers are TimestepEncoder's, the rest each DiTBlock's."""
+
+    def __init__(self, width: int, num_heads: int, head_dim: int, built_cross: tuple[bool, ...], *,
+                 output_dim: int, time_proj_dim: int, time_freq_shift: float, time_max_period: float,
+                 ff_mult: int, norm_eps: float, positional_embeddings: str | None,
+                 max_num_positional_embeddings: int):
         super().__init__()
-        self.timestep_encoder = TimestepEncoder(cfg)
-        self.transformer_blocks = nn.ModuleList(DiTBlock(cfg, cfg.block_built_cross(i))
-                                                for i in range(cfg.depth))
+        self.timestep_encoder = TimestepEncoder(time_proj_dim, width, time_freq_shift, time_max_period)
+        self.transformer_blocks = nn.ModuleList(
+            DiTBlock(width, num_heads, head_dim, cross, ff_mult=ff_mult, norm_eps=norm_eps,
+                     positional_embeddings=positional_embeddings,
+                     max_num_positional_embeddings=max_num_positional_embeddings)
+            for cross in built_cross)
         # built by DiT, unused by the layer-wise head (return_pre_output=True);
         # norm_out is a LayerNorm without parameters
-        self.proj_out_1 = nn.Linear(cfg.width, 2 * cfg.width)
-        self.proj_out_2 = nn.Linear(cfg.width, cfg.dit_output_dim)
+        self.proj_out_1 = nn.Linear(width, 2 * width)
+        self.proj_out_2 = nn.Linear(width, output_dim)
 
 
 class ActionModel(nn.Module):
-    """LayerwiseFlowmatchingActionHead's parameters (checkpoint prefix `action_model.`)."""
+    """LayerwiseFlowmatchingActionHead's parameters (checkpoint prefix `action_model.`) around
+    its DiT `model` (built first, so seeded random weights come out as StarVLA's order).
+    state_dim 0: no state encoder; max_seq_len 0: no position embedding."""
 
-    def __init__(self, cfg: HeadConfig):
+    def __init__(self, model: DiT, *, width: int, action_dim: int, state_dim: int, state_hidden: int,
+                 decoder_hidden: int, future_tokens: int, max_seq_len: int, time_max_period: float):
         super().__init__()
-        self.model = DiT(cfg)
-        self.state_encoder = MLP(cfg.state_dim, cfg.state_hidden, cfg.width) if cfg.state_dim > 0 else None
-        self.action_encoder = ActionEncoder(cfg)
-        self.action_decoder = MLP(cfg.width, cfg.decoder_hidden, cfg.action_dim)
-        self.future_tokens = nn.Embedding(cfg.future_tokens, cfg.width)
-        self.position_embedding = nn.Embedding(cfg.max_seq_len, cfg.width) if cfg.add_pos_embed else None
+        self.model = model
+        self.state_encoder = MLP(state_dim, state_hidden, width) if state_dim > 0 else None
+        self.action_encoder = ActionEncoder(action_dim, width, time_max_period)
+        self.action_decoder = MLP(width, decoder_hidden, action_dim)
+        self.future_tokens = nn.Embedding(future_tokens, width)
+        self.position_embedding = nn.Embedding(max_seq_len, width) if max_seq_len > 0 else None

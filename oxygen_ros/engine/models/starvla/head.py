@@ -81,7 +81,7 @@ from torch import nn
 from ...layers.dict_config import DictConfig, check_fields
 from ...layers.flow_steps import FlowStep
 from ...layers.rtc_guidance import check_guide, dense_products, guided_forward_time
-from .dit import ActionModel
+from .dit import ActionModel, DiT
 
 STATE_MODES = ("text", "encoder")
 HEAD_PREFIXES = ("action_model.", "project_layers.")
@@ -225,6 +225,19 @@ class PIv3HeadConfig(DictConfig):
         return cls(**values)
 
 
+def action_model(cfg: PIv3HeadConfig) -> ActionModel:
+    """dit.py's modules from the config's numbers (they take plain numbers, as diffusers' do)."""
+    dit = DiT(cfg.width, cfg.num_heads, cfg.head_dim, tuple(cfg.block_built_cross(i) for i in range(cfg.depth)),
+              output_dim=cfg.dit_output_dim, time_proj_dim=cfg.time_proj_dim, time_freq_shift=cfg.time_freq_shift,
+              time_max_period=cfg.time_max_period, ff_mult=cfg.ff_mult, norm_eps=cfg.norm_eps,
+              positional_embeddings=cfg.positional_embeddings,
+              max_num_positional_embeddings=cfg.max_num_positional_embeddings)
+    return ActionModel(dit, width=cfg.width, action_dim=cfg.action_dim, state_dim=cfg.state_dim,
+                       state_hidden=cfg.state_hidden, decoder_hidden=cfg.decoder_hidden,
+                       future_tokens=cfg.future_tokens, max_seq_len=cfg.max_seq_len if cfg.add_pos_embed else 0,
+                       time_max_period=cfg.time_max_period)
+
+
 # ---- the flow's time buckets ------------------------------------------------------
 def bucket_schedule(steps: int, buckets: int) -> list[int]:
     """t_k = k / N as Python floats, bucket = int(t_k * buckets) (predict_action)."""
@@ -254,7 +267,7 @@ class PIv3Head(nn.Module):
             nn.Sequential(nn.LayerNorm(cfg.backbone_hidden, eps=cfg.projector_eps),
                           nn.Linear(cfg.backbone_hidden, cfg.width))
             for _ in range(cfg.depth))
-        self.action_model = ActionModel(cfg)
+        self.action_model = action_model(cfg)
 
     # ---- which backbone layers ----------------------------------------------------
     def first_backbone_layer(self, backbone_layers: int) -> int:
