@@ -133,7 +133,7 @@ def multi_expert_model(extra):
 
 
 def second_xr0():
-    from oxygen_ros.engine.models.xr0.head import XR0HeadConfig
+    from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig
 
     # another XR-0-style head: its own depth (reads the last backbone layer), chunk and state
     return XR0HeadConfig(depth=1, width=32, num_heads=2, head_dim=16, mlp_dim=64, action_dim=6, horizon=5,

@@ -175,6 +175,24 @@ def test_unknown_profile_names_the_known_ones():
         registry.load_model("nope")
 
 
+@pytest.mark.parametrize("fam", [f.name for f in registry.FAMILIES if f.name != "qwen3vl"])
+def test_each_familys_config_classes_live_in_its_configuration(fam):
+    """models/<family>/configuration.py holds the family's config dataclasses (pi05's
+    already did; xr0's and starvla's head configs sat in head.py). qwen3vl's backbone
+    configs still sit beside their modules (vision.py, modeling.py)."""
+    folder = PACKAGE / "engine" / "models" / fam
+    outside = [f"{path.name}: {node.name}" for path in folder.glob("*.py") if path.name != "configuration.py"
+               for node in ast.parse(path.read_text(encoding="utf-8")).body
+               if isinstance(node, ast.ClassDef) and node.name.endswith("Config")]
+    assert not outside, f"config classes outside {fam}/configuration.py: {outside}"
+
+
+def test_head_configs_are_defined_in_configuration():
+    for fam, name in (("xr0", "XR0HeadConfig"), ("starvla", "PIv3HeadConfig")):
+        tree = ast.parse((PACKAGE / "engine" / "models" / fam / "configuration.py").read_text(encoding="utf-8"))
+        assert name in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}, f"{fam}: {name}"
+
+
 def test_starvla_dit_blocks_take_plain_numbers():
     """dit.py's modules are built from numbers (width, heads, ...) as diffusers' are, not
     from the head's config: no constructor reads fields of an argument, and dit.py imports

@@ -31,7 +31,8 @@ def xr0_dir(tmp_path_factory):
     patches: 64 x 64 frames stay small) and processor_config.json's action_config."""
     from safetensors.torch import load_file, save_file
 
-    from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random
+    from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig
+    from oxygen_ros.engine.models.xr0.head import build_random
 
     root = tmp_path_factory.mktemp("xr0_node")
     d = root / "ckpt"

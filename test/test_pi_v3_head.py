@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from oxygen_ros.engine.models.starvla import dit as dit_blocks
 from oxygen_ros.engine.models.starvla import head as pv
-from oxygen_ros.engine.models.starvla.head import PIv3HeadConfig, build_random
+from oxygen_ros.engine.models.starvla.configuration import PIv3HeadConfig
+from oxygen_ros.engine.models.starvla.head import build_random
 
 TINY = PIv3HeadConfig(depth=3, width=8, num_heads=2, head_dim=4, backbone_hidden=12, future_tokens=3,
                       horizon=5, action_dim=4, state_dim=3, denoise_steps=4, max_seq_len=16,

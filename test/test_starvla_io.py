@@ -448,7 +448,8 @@ def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
 
     from test_weights_qwen3vl import hf_model, train_tokenizer, write_tokenizer
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
-    from oxygen_ros.engine.models.starvla.head import PIv3HeadConfig, build_random
+    from oxygen_ros.engine.models.starvla.configuration import PIv3HeadConfig
+    from oxygen_ros.engine.models.starvla.head import build_random
     from oxygen_ros.engine.observation import Observation
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine

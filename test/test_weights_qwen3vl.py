@@ -29,7 +29,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from oxygen_ros.cli import main  # noqa: E402
 from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.vision import Qwen3VLVisionEncoder, hf_vision_state_dict_to_ours  # noqa: E402
-from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random  # noqa: E402
+from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig  # noqa: E402
+from oxygen_ros.engine.models.xr0.head import build_random  # noqa: E402
 from oxygen_ros.engine.tokenizer import TextStream  # noqa: E402
 from oxygen_ros.engine.state_checks import WeightMismatchError  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.checkpoint import (  # noqa: E402

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from oxygen_ros.engine.kv_pool import KVPool
 from oxygen_ros.engine.layers.dict_config import DictConfig
 from oxygen_ros.engine.models.xr0 import head as xr0_head
-from oxygen_ros.engine.models.xr0.head import XR0HeadConfig, build_random, time_embedding
+from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig
+from oxygen_ros.engine.models.xr0.head import build_random, time_embedding
 
 TINY = XR0HeadConfig(depth=2, width=32, num_heads=2, head_dim=16, mlp_dim=64, action_dim=6,
                      horizon=7, state_dim=5, denoise_steps=5, time_embed_dim=8, rope_theta=10000.0)

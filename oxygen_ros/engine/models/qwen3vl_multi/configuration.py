@@ -7,9 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..qwen3vl.modeling import ExtraExpert
-from ..starvla.head import PIv3HeadConfig
-from ..xr0.configuration import QWEN3VL_TINY, XR0_CPU
-from ..xr0.head import XR0HeadConfig
+from ..starvla.configuration import PIv3HeadConfig
+from ..xr0.configuration import QWEN3VL_TINY, XR0_CPU, XR0HeadConfig
 
 QWEN3VL_MULTI_TINY = dataclasses.replace(QWEN3VL_TINY, name="qwen3vl-multi-tiny", extra_experts=(
     ExtraExpert("hands", PIv3HeadConfig(depth=4, width=32, num_heads=2, head_dim=16, backbone_hidden=64,

@@ -2,8 +2,8 @@
 (the family it builds on), its policy I/O (the state as text in the prompt), its checkpoint
 reading (a run directory + the base Qwen3-VL directory) and its profiles."""
 from .checkpoint import load_starvla
-from .configuration import PROFILES
-from .head import PIv3Head, PIv3HeadConfig
+from .configuration import PROFILES, PIv3HeadConfig
+from .head import PIv3Head
 from .processor import StarVLAPolicyIO, load_starvla_policy_io
 
 __all__ = ["PIv3Head", "PIv3HeadConfig", "PROFILES", "StarVLAPolicyIO", "load", "load_starvla",

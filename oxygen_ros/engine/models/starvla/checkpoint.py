@@ -270,7 +270,7 @@ def load_starvla(path, base_vlm: str | None = None, dtype: str = "float32", devi
     import json
 
     from ...config import parse_dtype
-    from .head import PIv3HeadConfig
+    from .configuration import PIv3HeadConfig
     from ..qwen3vl.modeling import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
     from ..qwen3vl.image_processing import Qwen3VLImageSettings
     from ..qwen3vl.tokenizer import Qwen3VLTokenizer

@@ -1,8 +1,8 @@
 """Xiaomi-Robotics-0: its DiT action head on the Qwen3-VL backbone (the family it builds on),
 its deploy policy I/O (processor), its checkpoint layout and its profiles."""
 from .checkpoint import checkpoint_kind, inspect_checkpoint, load_xr0
-from .configuration import PROFILES
-from .head import XR0Head, XR0HeadConfig
+from .configuration import PROFILES, XR0HeadConfig
+from .head import XR0Head
 from .policy_io_loader import load_xr0_policy_io
 from .processor import XR0PolicyIO
 

@@ -20,7 +20,7 @@ import re
 from ..qwen3vl.checkpoint import (HeadLayout, checkpoint_kind as _kind, inspect_qwen3vl_checkpoint, load_qwen3vl,
                                   read_config, read_qwen3vl_checkpoint)
 from ..qwen3vl.errors import Qwen3VLCheckpointError
-from .head import XR0HeadConfig
+from .configuration import XR0HeadConfig
 
 ARCHITECTURE = "MiBoTForActionGeneration"
 HEAD_MODULES = ("dit.", "sink.", "t_embedder.", "t_projector.", "state_projector.",
