@@ -112,8 +112,15 @@ def test_scorer_on_the_scripted_experts_bag(tmp_path, expert_rollout):
     assert {j["place"] for j in s["narration_samples"]} == {"table", "gripper", "bowl"}
     assert s["repeated_observation_frames"] == 0
 
-    cut = ev.score_bag(tmp_path / "ok", end_s=s["time_to_success_s"] - 0.5)
+    end = s["time_to_success_s"] - 0.5
+    cut = ev.score_bag(tmp_path / "ok", end_s=end)
     assert not cut["success"] and cut["final_place"] != "bowl"
+    # the episode's end cuts its frames and narrations too: in a fleet, a robot that reached
+    # the duration keeps running until the others have; what it does then is not its episode
+    kept = [i for i, t, _ in frames if t - START <= end + 1e-9]
+    assert cut["frames"] == len(kept) < s["frames"]
+    assert [j["start_frame"] for j in cut["narration_samples"]] == [i for i in kept if i % 10 == 0]
+    assert cut["narrations"] == len(cut["narration_samples"]) < s["narrations"]
 
     _expert_bag(tmp_path / "short", frames, frames_limit=30)
     short = ev.score_bag(tmp_path / "short")
@@ -122,6 +129,54 @@ def test_scorer_on_the_scripted_experts_bag(tmp_path, expert_rollout):
     result = {"per_robot": {"robot": ev.summarize([{**s, "wall_s": 1.0}, {**short, "wall_s": 1.0}])}}
     assert result["per_robot"]["robot"]["successes"] == 1
     assert "1/2 50.0%" in ev.format_table(result)
+
+
+class _Answered:
+    """An AskProgress call's future, done (or not yet)."""
+
+    def __init__(self, answer=None):
+        from types import SimpleNamespace
+
+        self._r = None if answer is None else SimpleNamespace(success=True, answer=answer, error="", latency_s=0.4)
+
+    def done(self):
+        return self._r is not None
+
+    def result(self):
+        return self._r
+
+
+def test_a_fleet_episode_is_scored_per_robot_from_its_own_bag(tmp_path, expert_rollout, monkeypatch):
+    """`--robots 2` without processes: each robot's bag (written where the episode puts it)
+    is scored on its own row; a robot whose episode the wall-time limit stopped before its
+    duration is an episode that failed to run, not a policy's failure; the questions asked are
+    in eval.json with their answers (or none), and the run's language says questions."""
+    from oxygen_ros.tools import evaluation
+
+    _, frames = expert_rollout
+    opts = evaluation.Options(params=ROOT / "config" / "tiny.yaml", seeds=[900000, 900001], out=tmp_path / "e",
+                              robots=2, duration_s=3.0, questions_every_s=1.0)
+    run = evaluation.Evaluation(opts, say=lambda _: None)
+    assert run.robot_names == ["robot1", "robot2"] and run.groups() == [[900000, 900001]]
+    for name, seed in zip(run.robot_names, opts.seeds):
+        _expert_bag(tmp_path / "e" / "episode-000" / f"{name}-seed{seed}" / "bag", frames)
+    done = evaluation._Watch(start_stamp=START, last_stamp=START + 3.0)
+    done.questions = [(1.0, _Answered("I moved.")), (2.0, _Answered())]
+    stopped = evaluation._Watch(start_stamp=START, last_stamp=START + 1.1)   # the wall-time limit hit
+    monkeypatch.setattr(run, "_run_children", lambda robots, children: {"robot1": done, "robot2": stopped})
+    r1, r2 = run._episode(0, [900000, 900001])
+    assert (r1["robot"], r1["seed"], r2["robot"], r2["seed"]) == ("robot1", 900000, "robot2", 900001)
+    assert not r1.get("error") and r1["length_s"] == pytest.approx(3.0, abs=0.05) and r1["final_place"] == "table"
+    assert r1["questions"] == 2 and r1["answers"] == 1
+    assert [(q["asked_s"], q["answered"], q["answer"]) for q in r1["question_samples"]] == [
+        (1.0, True, "I moved."), (2.0, False, "")]
+    assert "1.1 of 3 s" in r2["error"] and r2["success"] is False
+    run.episodes += [r1, r2]
+    result = run.result()
+    assert result["language"] == "questions" and result["questions_every_s"] == 1.0
+    assert result["per_robot"]["robot1"]["failed_to_run"] == 0 and result["overall"]["failed_to_run"] == 1
+    table = ev.format_table(result)
+    assert [line.split()[0] for line in table.splitlines()] == ["robot", "robot1", "robot2", "all"]
 
 
 def test_eval_refuses_training_seeds(tmp_path):

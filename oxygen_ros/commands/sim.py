@@ -9,7 +9,8 @@ and the robot agree:
 Uses the environment's ROS_DOMAIN_ID / ROS_LOCALHOST_ONLY like any ROS node.
 With --lockstep the sim owns the clock (/clock) and advances it one replanning period per
 chunk the node computed from its latest observation (tools/sim_lockstep.py; the node runs
-with use_sim_time:=true): `oxygen eval --clock sim`.
+with use_sim_time:=true): `oxygen eval --clock sim`. A fleet's sims keep step on one clock:
+one publishes /clock and names the others (--lockstep-peers), the others run with --no-clock.
 """
 import argparse
 import signal
@@ -50,7 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "file's control_rate_hz) per chunk computed from the latest observation; the node "
                         "runs with use_sim_time:=true (tools/sim_lockstep.py)")
     p.add_argument("--no-clock", action="store_true",
-                   help="with --lockstep: do not publish /clock (a fleet's other robots: one sim publishes it)")
+                   help="with --lockstep: do not publish /clock (a fleet's other robots: one sim publishes it); "
+                        "each observation waits until /clock has reached its time")
+    p.add_argument("--lockstep-peers", default="", metavar="NS[,NS...]",
+                   help="with --lockstep, for the fleet's sim that publishes /clock: the other robots' "
+                        "namespaces; /clock moves on only once each of their sims has reached the time")
     p.add_argument("--blackout", action="store_true", help="publish black camera images (nothing rendered)")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
     p.add_argument("--quiet", action="store_true", help="no periodic status lines")
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
                 robot = LockstepSim(node, params, 1.0 / float(params["control_rate_hz"]),
                                     publish_clock=not args.no_clock, tf_hz=args.tf_hz,
+                                    peers=[n.strip() for n in args.lockstep_peers.split(",") if n.strip()],
                                     control_hz=args.control_hz, image_size=args.image_size,
                                     compressed=args.compressed, jpeg_quality=args.jpeg_quality,
                                     seed=args.seed, blackout=args.blackout)
@@ -118,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"sim: stopped after {robot.chunks} chunks", flush=True)
         if args.lockstep:
             print(f"sim: lockstep: {robot.cycles} steps to sim time {robot.t:.3f} s, {robot.ignored} chunks "
-                  "ignored (not from the latest observation)", flush=True)
+                  "ignored (not from the latest observation)"
+                  + (f"; /clock waited for its peers {robot.peer_waits} times" if args.lockstep_peers else ""),
+                  flush=True)
         s = robot.summary()
         print(f"sim: {s['rejected']} trajectories rejected; {s['count']} chunk boundaries, position jump "
               f"max {s['position_max']:.4f} p95 {s['position_p95']:.4f} rad, velocity jump max "

@@ -87,14 +87,18 @@ def score_bag(bag, end_s: float | None = None, start_stamp: float | None = None)
     """An episode's score from its bag: the cube's places (by the report's scoring) up to
     `end_s` seconds after `start_stamp` (default: the first frame's observation stamp, else
     the first /tf), success (the bowl at that end), frames, frames that repeated the previous
-    frame's observation, and every narration judged against the place at its frame."""
+    frame's observation, and every narration judged against the place at its frame; frames
+    observed after the end, and their narrations, are not the episode's."""
     times, places, tf_count = read_places(bag)
     frames, narrations = read_frames_and_narrations(bag)
     if start_stamp is None:
         start_stamp = frames[min(frames)] if frames else (times[0] if times else 0.0)
-    if end_s is not None:
-        keep = bisect.bisect_right(times, start_stamp + end_s + 1e-9)
+    if end_s is not None:       # the episode's end cuts its places, frames and narrations
+        last = start_stamp + end_s + 1e-9
+        keep = bisect.bisect_right(times, last)
         times, places = times[:keep], places[:keep]
+        narrations = [(f, text) for f, text in narrations if frames.get(f, last) <= last]
+        frames = {k: v for k, v in frames.items() if v <= last}
     rel = [t - start_stamp for t in times]
     segs = cube_place.segments(rel, places)
     for s in segs:
@@ -166,7 +170,7 @@ def format_table(result: dict) -> str:
 
 def episode_line(i: int, total: int, e: dict) -> str:
     if e.get("error"):
-        return f"[{i}/{total}] {e['robot'] + ' ' if e['robot'] else ''}seed {e['seed']}: not run: {e['error']}"
+        return f"[{i}/{total}] {e['robot'] + ' ' if e['robot'] else ''}seed {e['seed']}: no result: {e['error']}"
     how = (f"success (in the bowl from {e['time_to_success_s']:.1f} s)" if e["success"]
            else f"failure (ends on the {e['final_place']})")
     narr = (f"narration {e['narrations_right']}/{e['narrations']} right" if e["narrations"] else "no narration")

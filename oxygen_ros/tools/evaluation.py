@@ -57,7 +57,7 @@ class _Watch:
     last_stamp: float | None = None    # of the latest /tf
     place: str | None = None
     place_since: float | None = None
-    questions: list = field(default_factory=list)
+    questions: list = field(default_factory=list)    # (episode time s, AskProgress future)
 
     def elapsed(self) -> float:
         if self.start_stamp is None or self.last_stamp is None:
@@ -67,6 +67,28 @@ class _Watch:
     def final(self, settle_s: float) -> bool:
         return (self.place == "bowl" and self.place_since is not None and self.start_stamp is not None
                 and self.last_stamp - max(self.place_since, self.start_stamp) >= settle_s)
+
+    def unfinished(self, duration_s: float, settle_s: float) -> str | None:
+        """Why the episode ended before its duration without the cube's place being final
+        (the wall-time limit stopped it): not the policy's outcome. None when it finished."""
+        if self.start_stamp is None:
+            return "no frame for this robot"
+        if self.elapsed() >= duration_s or self.final(settle_s):
+            return None
+        return f"stopped by the wall-time limit at {self.elapsed():.1f} of {duration_s:g} s of episode time"
+
+
+def question_samples(questions: list, question: str) -> list[dict]:
+    """The questions asked in an episode, each with its answer (answered: the node's
+    response came, with success, before the episode's processes were stopped)."""
+    out = []
+    for asked_s, future in questions:
+        r = future.result() if future.done() else None
+        out.append({"asked_s": asked_s, "question": question, "answered": bool(r is not None and r.success),
+                    "answer": r.answer if r is not None else "",
+                    "error": (r.error if r is not None else "no response before the episode ended"),
+                    "latency_s": round(float(r.latency_s), 3) if r is not None else None})
+    return out
 
 
 def run_params(opts: Options, params: dict) -> dict:
@@ -130,8 +152,10 @@ class Evaluation:
         per_robot = {}
         for name in self.robot_names:
             per_robot[name or "robot"] = summarize([e for e in self.episodes if e["robot"] == name])
+        asking = o.language != "off" and o.questions_every_s > 0     # --language questions
         return {"clock": o.clock, "params": str(o.params), "model": self.params.get("model"),
-                "language": o.language, "questions_every_s": o.questions_every_s, "rtc": self.params.get("rtc_mode"),
+                "language": "questions" if asking else o.language,
+                "questions_every_s": o.questions_every_s if asking else 0.0, "rtc": self.params.get("rtc_mode"),
                 "robots": len(self.robot_names) if self.params.get("robots") else 1, "blackout": o.blackout,
                 "duration_s": o.duration_s, "settle_s": o.settle_s, "node_control_rate_hz": self.rate_hz,
                 "sim_period_s": 1.0 / float(self.params["control_rate_hz"]) if o.clock == "sim" else None,
@@ -167,8 +191,11 @@ class Evaluation:
                     end = min(self.opts.duration_s, w.elapsed()) if start is not None else None
                     e.update(score_bag(r.out / "bag", end, start))
                     e["report_task"] = task_summary(r.out / "bag")
-                    e["questions"] = len(w.questions) if w else 0
-                    e["answers"] = sum(1 for f in (w.questions if w else []) if f.done() and f.result().success)
+                    asked = question_samples(w.questions if w else [], self.opts.question)
+                    e.update(questions=len(asked), answers=sum(q["answered"] for q in asked), question_samples=asked)
+                    unfinished = w.unfinished(self.opts.duration_s, self.opts.settle_s) if w else "not watched"
+                    if unfinished:
+                        e["error"] = unfinished
                 except Exception as ex:  # noqa: BLE001 - one bad bag is that episode's failure, not the run's
                     e["error"] = f"scoring failed: {type(ex).__name__}: {ex}"
             else:
@@ -190,8 +217,10 @@ class Evaluation:
         own_joints = (self.params.get(r.name) or {}).get("joint_names") if r.name else None
         if own_joints:
             argv += ["--joints", ",".join(own_joints)]
-        if o.clock == "sim":
-            argv += ["--lockstep"] + ([] if first else ["--no-clock"])
+        if o.clock == "sim":       # a fleet's sims keep step: the first one's /clock waits for the others
+            peers = [n for n in self.robot_names if n and n != r.name]
+            argv += ["--lockstep"] + ((["--lockstep-peers", ",".join(f"/{n}" for n in peers)] if peers else [])
+                                      if first else ["--no-clock"])
         else:
             from .demo_rate import sim_camera_hz
 
@@ -356,7 +385,7 @@ class Evaluation:
                     if w.elapsed() >= o.questions_every_s * (len(w.questions) + 1):
                         future = mons[r.name].ask(o.question)
                         if future is not None:
-                            w.questions.append(future)
+                            w.questions.append((round(w.elapsed(), 3), future))
 
 
 class _EpisodeError(RuntimeError):

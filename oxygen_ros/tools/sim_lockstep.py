@@ -14,6 +14,15 @@ The cycle, in one thread (which owns the renderers):
 While it waits, the sim time stands still; O(t) is sent again every `resend_s` of wall time
 so the node's age limit on inputs (wall clock) does not find it stale. The node must run
 with use_sim_time:=true. Sim time starts at START_S (ROS time 0 means "no clock yet").
+
+A fleet (one node, a sim per robot) runs on one sim clock, so its sims keep step: each sim
+reports the sim time it has reached on `lockstep_time` (rosgraph_msgs/Clock in its
+namespace, reliable, transient local); the sim that publishes /clock waits until every peer
+(`peers`: their namespaces) has reached t + period before it moves /clock there, and a sim
+without the clock (`publish_clock=False`) publishes O(t) only once /clock has reached t.
+Without that, the first robot's clock ran ahead of a robot whose chunk came a frame later:
+the node re-stamped that chunk (the clock moved while it was computed), the sim ignored it,
+its observation went stale on the shared clock and it never got another chunk.
 """
 from __future__ import annotations
 
@@ -28,7 +37,8 @@ STAMP_TOLERANCE_S = 1e-6
 
 class LockstepSim(SimRobot):
     def __init__(self, node, params: dict, period_s: float, publish_clock: bool = True,
-                 resend_s: float = 0.25, tf_hz: float = 20.0, control_hz: float = 100.0, **kw):
+                 resend_s: float = 0.25, tf_hz: float = 20.0, control_hz: float = 100.0,
+                 peers: tuple = (), **kw):
         if not period_s > 0:
             raise ValueError(f"lock-step period must be positive, got {period_s}")
         self.t = START_S
@@ -36,12 +46,28 @@ class LockstepSim(SimRobot):
         self.period_s, self.resend_s = period_s, resend_s
         self._substep = 1.0 / control_hz
         self._tf_every = max(1, round(control_hz / tf_hz)) if tf_hz > 0 else 0
-        self.clock_pub = None
-        if publish_clock:
-            from rosgraph_msgs.msg import Clock
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from rosgraph_msgs.msg import Clock
 
-            self._Clock = Clock
+        if peers and not publish_clock:
+            raise ValueError("lock-step peers are waited for by the sim that publishes /clock")
+        self._Clock = Clock
+        self.clock_pub = None
+        self._progress = threading.Condition()       # peers' reached times / the fleet's clock, in ns
+        self._peer_ns = {}
+        self._clock_ns = 0
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.reached_pub = node.create_publisher(Clock, "lockstep_time", latched)
+        if publish_clock:
             self.clock_pub = node.create_publisher(Clock, "/clock", 10)    # absolute: one clock for a fleet
+            for ns in peers:
+                self._peer_ns[ns] = 0
+                node.create_subscription(Clock, f"{ns.rstrip('/')}/lockstep_time",
+                                         lambda m, ns=ns: self._on_progress(ns, m), latched)
+        else:
+            node.create_subscription(Clock, "/clock", lambda m: self._on_progress(None, m), 10)
+        self.peer_waits = 0      # times the clock waited for a peer (fleet)
         self.cycles = 0          # chunks executed (one per period of sim time)
         self.ignored = 0         # chunks stamped other than the latest observation
         self._acted = threading.Event()
@@ -55,6 +81,34 @@ class LockstepSim(SimRobot):
         from rclpy.time import Time
 
         return Time(nanoseconds=int(round(t * 1e9))).to_msg()
+
+    def _on_progress(self, peer, msg) -> None:
+        t_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+        with self._progress:
+            if peer is None:
+                self._clock_ns = max(self._clock_ns, t_ns)
+            else:
+                self._peer_ns[peer] = max(self._peer_ns[peer], t_ns)
+            self._progress.notify_all()
+
+    def _keep_step(self, t: float) -> None:
+        """Before O(t) goes out in a fleet: say this sim reached t; the clock's sim waits for
+        every peer to reach t, any other sim for /clock to reach t."""
+        t_ns = int(round(t * 1e9))
+        self.reached_pub.publish(self._Clock(clock=self._stamp(t)))
+        if self.clock_pub is not None:
+            ready = lambda: all(v >= t_ns for v in self._peer_ns.values())   # noqa: E731
+        else:
+            ready = lambda: self._clock_ns >= t_ns                           # noqa: E731
+        waited = False
+        with self._progress:
+            while not ready() and not self._stop.is_set():
+                waited = True
+                self._progress.wait(0.1)
+        if waited and self.clock_pub is not None:
+            self.peer_waits += 1
+        if self.clock_pub is None:
+            time.sleep(0.002)        # the node gets /clock before this sim's inputs, as from the clock's sim
 
     def _on_trajectory(self, msg) -> None:
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
@@ -92,6 +146,7 @@ class LockstepSim(SimRobot):
     def _loop(self) -> None:
         try:
             cameras = self._observation(self.t)
+            self._keep_step(self.t)
             self._publish(self.t, cameras)
             while not self._stop.is_set():
                 if not self._acted.wait(self.resend_s):
@@ -99,7 +154,8 @@ class LockstepSim(SimRobot):
                     continue
                 self._advance()
                 self._acted.clear()                    # chunks from now on must be stamped at the new t
-                cameras = self._observation(self.t)
+                cameras = self._observation(self.t)      # rendered before the wait: the fleet's
+                self._keep_step(self.t)                  # observations go out together
                 self._publish(self.t, cameras)
         except Exception as e:  # noqa: BLE001 - a render or physics error must be seen
             self.node.get_logger().error(f"sim lockstep stopped: {type(e).__name__}: {e}")
@@ -124,6 +180,8 @@ class LockstepSim(SimRobot):
     def close(self) -> None:
         self._stop.set()
         self._acted.set()
+        with self._progress:
+            self._progress.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
         self.world.close()
