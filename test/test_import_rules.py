@@ -175,6 +175,77 @@ def test_unknown_profile_names_the_known_ones():
         registry.load_model("nope")
 
 
+# -- families alike: the factory asks a family, never names one (issue 43) ------------------
+
+FAMILY_WORDS = sorted({f.name for f in registry.FAMILIES} | {p for f in registry.FAMILIES for p in f.profiles},
+                      key=len, reverse=True)
+
+
+def _names_a_family(text: str) -> list[str]:
+    import re
+
+    return [w for w in FAMILY_WORDS if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text, re.IGNORECASE)]
+
+
+def test_the_factory_names_no_family_or_profile():
+    """engine/factory.py asks the registry which family serves a profile or a policy I/O;
+    each family builds its own (its name in a string, a branch or a helper's name would be
+    a family's rule kept outside its folder)."""
+    path = MODULES["oxygen_ros.engine.factory"]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [f"{node.lineno}: {w!r} in a string" for w in _names_a_family(node.value)]
+        name = getattr(node, "name", None) or getattr(node, "id", None) or getattr(node, "attr", None)
+        if isinstance(name, str):
+            found += [f"{node.lineno}: {name}" for w in ("xr0", "starvla", "pi05", "smol", "qwen3vl")
+                      if w in name.lower()]
+    assert not found, "engine/factory.py names a family:\n" + "\n".join(sorted(set(found)))
+
+
+def _profile_branches(path: Path) -> list[str]:
+    """Comparisons with a profile name (==, !=, in (...)) and startswith/endswith a piece of one."""
+    profiles = [p for f in registry.FAMILIES for p in f.profiles]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        consts = []
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                consts += [c.value for c in items if isinstance(c, ast.Constant) and c.value in profiles]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "endswith") and node.args):
+            arg = node.args[0]
+            items = arg.elts if isinstance(arg, ast.Tuple) else [arg]
+            for c in items:
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and any(
+                        getattr(p, node.func.attr)(c.value) for p in profiles):
+                    consts.append(c.value)
+        out += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {c!r}" for c in consts]
+    return out
+
+
+def test_nothing_outside_the_engine_branches_on_a_profile_name():
+    """What a profile needs (its policy I/O, its weights prepared) is its family's, asked
+    through engine/registry.py; the node, commands, serving and tools pass the name along."""
+    found = [hit for module, path in MODULES.items() if not module.startswith("oxygen_ros.engine")
+             for hit in _profile_branches(path)]
+    assert not found, "branches on a profile name outside the engine:\n" + "\n".join(found)
+
+
+def test_a_family_with_a_policy_io_exports_its_hooks():
+    """The uniform hook: a family that declares policy I/O conventions in its registry line
+    builds them (build_policy_io), fits the model to them (fit_model) and says what
+    `oxygen serve` uses with a checkpoint (serve_policy_io)."""
+    declared = [f for f in registry.FAMILIES if f.policy_io is not None]
+    assert {f.name for f in declared} == {"pi05", "xr0", "starvla"}
+    for f in declared:
+        module = registry.family(f.name)
+        for hook in ("build_policy_io", "fit_model", "serve_policy_io"):
+            assert callable(getattr(module, hook, None)), f"{f.name} has no {hook}"
+    assert registry.policy_io_names() == ("openpi", "lerobot", "xr0", "starvla")
+
+
 @pytest.mark.parametrize("fam", [f.name for f in registry.FAMILIES if f.name != "qwen3vl"])
 def test_each_familys_config_classes_live_in_its_configuration(fam):
     """models/<family>/configuration.py holds the family's config dataclasses (pi05's

@@ -95,15 +95,11 @@ class _Console:
 
 
 def _prepare_weights(params: dict, say) -> None:
-    """The smol profile converts its GGUF once (tens of seconds): do it here, with progress."""
-    checkpoint = str(params.get("checkpoint") or "")
-    if params.get("model") != "smol" or (checkpoint and not checkpoint.endswith(".gguf")):
-        return
-    from oxygen_ros.engine.registry import family
+    """What the profile's family does once before its weights are read (the smol profile
+    converts its GGUF: tens of seconds), here, with progress, before anything starts."""
+    from oxygen_ros.engine.registry import prepare_weights
 
-    say("checking the SmolLM2 weights cache (the first run converts the GGUF: tens of seconds) ...")
-    cached = family("smollm2").ensure_cached(params.get("checkpoint") or None, progress=sys.stdout)
-    say(f"weights: {cached.weights} ({'converted now' if cached.converted else 'cached'})")
+    prepare_weights(str(params.get("model") or ""), params.get("checkpoint") or None, say)
 
 
 def _choose_rate(args, params: dict, say) -> float:

@@ -4,6 +4,8 @@ and PaliGemma tokenizer. What the registry and the node use of it:"""
 from .checkpoint import CheckpointError, inspect_checkpoint
 from .configuration import PROFILES
 from .loading import load
+from .policy_io_hooks import build_policy_io, fit_model, serve_policy_io
 from .processor import PolicyIO, load_policy_io
 
-__all__ = ["CheckpointError", "PROFILES", "PolicyIO", "inspect_checkpoint", "load", "load_policy_io"]
+__all__ = ["CheckpointError", "PROFILES", "PolicyIO", "build_policy_io", "fit_model", "inspect_checkpoint", "load",
+           "load_policy_io", "serve_policy_io"]

@@ -4,10 +4,11 @@ reading (a run directory + the base Qwen3-VL directory) and its profiles."""
 from .checkpoint import load_starvla
 from .configuration import PROFILES, PIv3HeadConfig
 from .head import PIv3Head
+from .policy_io_hooks import build_policy_io, fit_model, serve_policy_io
 from .processor import StarVLAPolicyIO, load_starvla_policy_io
 
-__all__ = ["PIv3Head", "PIv3HeadConfig", "PROFILES", "StarVLAPolicyIO", "load", "load_starvla",
-           "load_starvla_policy_io"]
+__all__ = ["PIv3Head", "PIv3HeadConfig", "PROFILES", "StarVLAPolicyIO", "build_policy_io", "fit_model", "load",
+           "load_starvla", "load_starvla_policy_io", "serve_policy_io"]
 
 
 def load(name: str, cfg, checkpoint=None, tokenizer_path=None, dtype="float32", device="cpu"):

@@ -3,11 +3,12 @@ its deploy policy I/O (processor), its checkpoint layout and its profiles."""
 from .checkpoint import checkpoint_kind, inspect_checkpoint, load_xr0
 from .configuration import PROFILES, XR0HeadConfig
 from .head import XR0Head
+from .policy_io_hooks import build_policy_io, fit_model, serve_policy_io
 from .policy_io_loader import load_xr0_policy_io
 from .processor import XR0PolicyIO
 
-__all__ = ["PROFILES", "XR0Head", "XR0HeadConfig", "XR0PolicyIO", "checkpoint_kind", "inspect_checkpoint",
-           "load", "load_xr0", "load_xr0_policy_io"]
+__all__ = ["PROFILES", "XR0Head", "XR0HeadConfig", "XR0PolicyIO", "build_policy_io", "checkpoint_kind",
+           "fit_model", "inspect_checkpoint", "load", "load_xr0", "load_xr0_policy_io", "serve_policy_io"]
 
 
 def load(name: str, cfg, checkpoint=None, tokenizer_path=None, dtype="float32", device="cpu"):

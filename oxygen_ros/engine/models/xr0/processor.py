@@ -71,7 +71,8 @@ ASSUMPTIONS (marked because the processor source was not readable):
   LIBERO/CALVIN statistics that are non-zero on dims 0..6 only this equals the clients'
   [:7] cut. If a checkpoint's std is non-zero past the robot's dims, pass active_dims=.
 
-In the node (built by engine/factory.py, policy_io "xr0"), XR0PolicyIO stands in for PolicyIO:
+In the node (policy_io "xr0": policy_io_hooks.py builds it for engine/factory.py),
+XR0PolicyIO stands in for PolicyIO:
 `observation(images, state, task, stamp)` gives the engine's Observation (the camera
 frames in our model's slots base_0_rgb, left_wrist_0_rgb = the prompt's [base,
 wrist_left]; the raw state zero-padded to state_dim; `prompt_ids` = the tokens the
@@ -81,7 +82,8 @@ its action mask in `extra`), `actions(chunk, state)`, `model_actions`, `action_d
 `convention`, `action_rate_hz`, `summary()`. What that prefix does NOT yet reproduce of
 the deploy prompt (the view headings between the images, the closed user turn and the
 "<cot></cot>" assistant turn) is what `prompt_segments()` / `deploy_prompt_ids()` spell
-out; the model's chunk horizon must be the robot type's (`horizon()`; the factory sets it).
+out; the model's chunk horizon must be the robot type's (`horizon()`;
+policy_io_hooks.fit_model sets it).
 """
 from __future__ import annotations
 
