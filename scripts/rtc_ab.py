@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-from oxygen_ros.engine.observation import Observation
+from oxygen_ros.engine.observation.observation import Observation
 from oxygen_ros.engine.rtc import RTCConfig
 from oxygen_ros.node.chunk_plan import plan_chunk
 from oxygen_ros.node.joint_space import JointSpace

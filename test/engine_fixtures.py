@@ -3,8 +3,8 @@ import numpy as np
 
 from oxygen_ros.engine.models.pi05.configuration import TINY
 from oxygen_ros.engine.models.pi05.modeling import build_random_model
-from oxygen_ros.engine.observation import Observation
-from oxygen_ros.engine.tokenizer import ByteTokenizer
+from oxygen_ros.engine.observation.observation import Observation
+from oxygen_ros.engine.text.tokenizer import ByteTokenizer
 
 _MODEL = None
 

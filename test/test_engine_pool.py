@@ -5,10 +5,10 @@ import torch
 
 from engine_fixtures import observation, tiny
 from oxygen_ros.engine.kv_pool import KVPool, PoolFullError
-from oxygen_ros.engine.observation import ObservationError
+from oxygen_ros.engine.observation.observation import ObservationError
 from oxygen_ros.engine.requests import LanguageRequest, RequestRejected
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-from oxygen_ros.engine.tokenizer import ByteTokenizer, TextStream
+from oxygen_ros.engine.text.tokenizer import ByteTokenizer, TextStream
 
 
 def test_pool_claim_release_keeps_slots_dense():

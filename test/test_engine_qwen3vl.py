@@ -11,10 +11,10 @@ from oxygen_ros.engine.bench.baselines import IsolatedRunner
 from oxygen_ros.engine.registry import get_config
 from oxygen_ros.engine.kv_pool import KVPool
 from oxygen_ros.engine.models.qwen3vl.modeling import build_random_qwen3vl
-from oxygen_ros.engine.observation import Observation, ObservationError
+from oxygen_ros.engine.observation.observation import Observation, ObservationError
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
-from oxygen_ros.engine.tokenizer import ByteTokenizer
+from oxygen_ros.engine.text.tokenizer import ByteTokenizer
 
 _MODEL = None
 SIZES = [(64, 64), (96, 80), (48, 112), (128, 64)]

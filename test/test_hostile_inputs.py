@@ -66,7 +66,7 @@ def test_a_raw_image_declaring_an_enormous_size_is_refused():
                                               ("clear\x1b[2J\x7f", "control characters (U+001B, U+007F)"),
                                               ("what have you done?", ""), ("qué has hecho? 你做了什么", "")])
 def test_questions_with_control_characters_never_reach_the_model(question, problem):
-    from oxygen_ros.engine.memory_log import question_problem
+    from oxygen_ros.engine.text.memory_log import question_problem
 
     got = question_problem(question)
     assert problem in got and bool(got) == bool(problem), got

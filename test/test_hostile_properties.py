@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sensor_msgs.msg import CompressedImage
 
-from oxygen_ros.engine.memory_log import question_problem
+from oxygen_ros.engine.text.memory_log import question_problem
 from oxygen_ros.node.convert import (MAX_IMAGE_SIDE, InputError, check_compressed, compressed_to_rgb, image_to_rgb,
                                      joint_positions, rgb_to_compressed)
 from oxygen_ros.serving import robot_inputs

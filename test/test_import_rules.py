@@ -280,3 +280,35 @@ def test_starvla_dit_blocks_take_plain_numbers():
                 reads += [f"{cls.name}: {n.value.id}.{n.attr}" for n in ast.walk(fn)
                           if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in args]
     assert not reads, f"dit.py's constructors read fields of their arguments: {reads}"
+
+
+# -- engine/ grouped by kind (issue 43) -----------------------------------------------------
+
+ENGINE_CORE = {"admission", "answer_estimate", "chunk_graphs", "config", "decode_graphs", "factory", "fleet",
+               "fleet_batch", "frame", "generate", "kv_pool", "questions", "registry", "requests",
+               "robot_language", "rtc", "scheduler", "state_checks", "transfer"}
+ENGINE_FOLDERS = {"bench", "layers", "models", "native", "observation", "policy_io", "text"}
+LEAF_FOLDERS = ("text", "observation")
+
+
+def test_the_engine_root_holds_only_the_core():
+    """engine/'s root is the core (frames, the scheduler, the KV pool, the GPU path, the
+    registry and factory, one robot's language life); text/ (tokenizers, chat templates,
+    prompts, the memory log) and observation/ (a frame's input, camera views) are folders
+    of their own, beside layers/, models/, policy_io/, bench/ and native/ (docs/engine.md)."""
+    root = PACKAGE / "engine"
+    files = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    folders = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert files == ENGINE_CORE, f"not core: {sorted(files - ENGINE_CORE)}; missing: {sorted(ENGINE_CORE - files)}"
+    assert folders == ENGINE_FOLDERS
+
+
+@pytest.mark.parametrize("folder", LEAF_FOLDERS)
+def test_text_and_observation_import_nothing_outside_their_folder(folder):
+    """text/ and observation/ are leaves: the core and the families import them, they import
+    no family, no core module and no other room of the package."""
+    room = f"oxygen_ros.engine.{folder}"
+    modules = [m for m in GRAPH if m.startswith(room + ".")]
+    assert modules, f"engine/{folder}/ holds no module"
+    wrong = [f"{m} -> {t}" for m in modules for t in GRAPH[m] if t != room and not t.startswith(room + ".")]
+    assert not wrong, "\n".join(wrong)

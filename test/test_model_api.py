@@ -36,7 +36,7 @@ from test_weights_qwen3vl import hf_model, train_tokenizer, write_tokenizer  # n
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil  # noqa: E402
 
 from oxygen_ros.cli import main  # noqa: E402
-from oxygen_ros.engine.observation import ObservationError  # noqa: E402
+from oxygen_ros.engine.observation.observation import ObservationError  # noqa: E402
 from oxygen_ros.engine.registry import load_model  # noqa: E402
 
 PROMPT = "pick up the red cup"

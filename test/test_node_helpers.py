@@ -13,9 +13,9 @@ from oxygen_ros.engine.requests import TextDelta
 from oxygen_ros.node.input_monitor import InputMonitor
 from oxygen_ros.engine.policy_io import LimitsIO
 from oxygen_ros.node.joint_space import JointSpace
-from oxygen_ros.engine.memory_log import MemoryLog, PromptTooLong
+from oxygen_ros.engine.text.memory_log import MemoryLog, PromptTooLong
 from oxygen_ros.engine.questions import QuestionBoard, QuestionRejected
-from oxygen_ros.engine.camera_view import CameraView
+from oxygen_ros.engine.observation.camera_view import CameraView
 from oxygen_ros.node.cameras import Camera, compressed_topic, per_camera, transport_of
 from oxygen_ros.node.convert import (InputError, check_compressed, compressed_format, compressed_to_rgb,
                                      image_to_rgb, joint_positions, rgb_to_compressed, rgb_to_image)
@@ -413,7 +413,7 @@ def _tiny_policy_params(**overrides):
 def test_policy_io_auto_is_limits_for_random_profiles_and_checks_the_joints():
     from oxygen_ros.engine.models.pi05.configuration import TINY
     from oxygen_ros.engine.models.pi05.modeling import build_random_model
-    from oxygen_ros.engine.tokenizer import ByteTokenizer
+    from oxygen_ros.engine.text.tokenizer import ByteTokenizer
     from oxygen_ros.engine.factory import build_policy_io, choose_policy_io
 
     model, tok = build_random_model(TINY), ByteTokenizer()

@@ -37,7 +37,7 @@ from oxygen_ros.engine.models.qwen3vl.modeling import (Qwen3VLModelConfig, Qwen3
 from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig  # noqa: E402
 from oxygen_ros.engine.models.xr0.head import build_random  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.image_processing import Qwen3VLImageSettings, qwen3vl_pixels  # noqa: E402
-from oxygen_ros.engine.tokenizer import ByteTokenizer  # noqa: E402
+from oxygen_ros.engine.text.tokenizer import ByteTokenizer  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.checkpoint import read_qwen3vl_checkpoint  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.configuration import text_config_from_hf  # noqa: E402
 

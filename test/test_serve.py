@@ -97,7 +97,7 @@ def libero(seed: int, **extra) -> dict:
 
 def alone(hub, observations: list[dict]) -> list[np.ndarray]:
     """The engine's own chunks for these observations, one robot, the session's noise."""
-    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.observation.observation import Observation
     from oxygen_ros.engine.scheduler import OxygenEngine
 
     engine = OxygenEngine(hub.model, hub.tok, hub.engine.config)

@@ -167,7 +167,7 @@ def test_oxygen_equals_isolated_for_smol_panda(smol_panda):
     """OxyGen's contract on this profile: narration tokens identical to isolated decoding,
     action chunks within 1e-5 of isolated action inference with the same noise."""
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
-    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.observation.observation import Observation
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
 

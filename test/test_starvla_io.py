@@ -450,7 +450,7 @@ def test_starvla_pi_loads_a_run_and_runs_exact_oxygen_frames(tmp_path):
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
     from oxygen_ros.engine.models.starvla.configuration import PIv3HeadConfig
     from oxygen_ros.engine.models.starvla.head import build_random
-    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.observation.observation import Observation
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
     from oxygen_ros.engine.registry import load_model

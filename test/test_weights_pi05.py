@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from oxygen_ros.engine.models.pi05 import checkpoint as pc
 from oxygen_ros.engine.models.pi05.modeling import build_random_model
-from oxygen_ros.engine.observation import Observation
+from oxygen_ros.engine.observation.observation import Observation
 from oxygen_ros.engine.requests import LanguageRequest
 from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
 from oxygen_ros.engine.models.pi05.tokenizer import SentencePieceTokenizer

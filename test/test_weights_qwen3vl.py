@@ -31,7 +31,7 @@ from oxygen_ros.engine.layers.decoder import Decoder  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.vision import Qwen3VLVisionEncoder, hf_vision_state_dict_to_ours  # noqa: E402
 from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig  # noqa: E402
 from oxygen_ros.engine.models.xr0.head import build_random  # noqa: E402
-from oxygen_ros.engine.tokenizer import TextStream  # noqa: E402
+from oxygen_ros.engine.text.tokenizer import TextStream  # noqa: E402
 from oxygen_ros.engine.state_checks import WeightMismatchError  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.checkpoint import (  # noqa: E402
     inspect_qwen3vl_checkpoint, read_qwen3vl_checkpoint, text_state_dict)
@@ -390,7 +390,7 @@ def test_xr0_profile_loads_the_checkpoint_and_runs_exact_oxygen_frames(xr0):
     import numpy as np
 
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
-    from oxygen_ros.engine.observation import Observation
+    from oxygen_ros.engine.observation.observation import Observation
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
     from oxygen_ros.engine.registry import load_model

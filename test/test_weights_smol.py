@@ -36,8 +36,8 @@ from oxygen_ros.engine.generate import greedy_generate, prompt_ids  # noqa: E402
 from oxygen_ros.engine.models.smollm2.tokenizer import GGUFTokenizer  # noqa: E402
 from oxygen_ros.engine.registry import load_model  # noqa: E402
 from oxygen_ros.engine.state_checks import WeightMismatchError, check_state  # noqa: E402
-from oxygen_ros.engine.tokenizer import WideByteTokenizer  # noqa: E402
-from oxygen_ros.engine.tokenizer import ByteTokenizer, TextStream, decode  # noqa: E402
+from oxygen_ros.engine.text.tokenizer import WideByteTokenizer  # noqa: E402
+from oxygen_ros.engine.text.tokenizer import ByteTokenizer, TextStream, decode  # noqa: E402
 
 
 def _smol_gguf_or_skip():

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     from oxygen_ros.engine.generate import greedy_generate, prompt_ids
     from oxygen_ros.engine.registry import family, load_model
-    from oxygen_ros.engine.tokenizer import decode
+    from oxygen_ros.engine.text.tokenizer import decode
 
     try:
         model, tok = load_model(args.model, checkpoint=args.checkpoint, tokenizer_path=args.tokenizer,

@@ -63,7 +63,7 @@ def _inputs_name(args, io) -> str:
 
 def build(args, log=print):
     """(hub, server) ready to run, from the command's arguments."""
-    from oxygen_ros.engine import prompts
+    from oxygen_ros.engine.text import prompts
     from oxygen_ros.engine.factory import checkpoint_policy_io
     from oxygen_ros.engine.fleet import FleetEngine
     from oxygen_ros.engine.registry import load_model

@@ -40,10 +40,10 @@ from .admission import Backlog
 from .fleet_batch import FleetBatch
 from .frame import ChunkResult, FrameResult, PhaseTimer
 from .layers.engine_model import EngineModel
-from .observation import Observation, ObservationError
+from .observation.observation import Observation, ObservationError
 from .requests import LanguageRequest, RequestRejected, TextDelta
 from .scheduler import EngineConfig, OxygenEngine
-from .tokenizer import Tokenizer
+from .text.tokenizer import Tokenizer
 
 RobotId = Hashable
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .layers.engine_model import EngineModel
-from .tokenizer import Tokenizer
+from .text.tokenizer import Tokenizer
 
 
 def prompt_ids(tok: Tokenizer, prompt: str, chat: bool = False, add_bos: bool | None = None) -> list[int]:

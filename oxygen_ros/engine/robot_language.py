@@ -12,7 +12,7 @@ import time
 
 from .admission import frames_to_finish
 from .answer_estimate import AnswerEstimator, Estimate
-from .memory_log import MemoryLog
+from .text.memory_log import MemoryLog
 from .questions import Question, QuestionBoard
 from .requests import LanguageRequest, RequestRejected
 

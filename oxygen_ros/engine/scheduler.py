@@ -22,9 +22,9 @@ from .chunk_graphs import ChunkStep
 from .decode_graphs import DecodeStep
 from .frame import ChunkResult, FrameResult, PhaseTimer
 from .layers.engine_model import EngineModel
-from .observation import Observation
+from .observation.observation import Observation
 from .requests import LanguageRequest, RequestRejected, TextDelta
-from .tokenizer import TextStream, Tokenizer
+from .text.tokenizer import TextStream, Tokenizer
 from .transfer import to_device
 
 

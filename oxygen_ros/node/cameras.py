@@ -5,7 +5,7 @@ A camera topic carries sensor_msgs/Image ("raw") or sensor_msgs/CompressedImage
 ("compressed", JPEG or PNG): set per camera by `camera_transports`, or "auto", which
 follows image_transport's convention (a topic ending in /compressed is compressed).
 Arriving messages are only checked (headers, constant time); the control frame converts
-or decodes the one message it uses and applies the view (engine/camera_view.py). A
+or decodes the one message it uses and applies the view (engine/observation/camera_view.py). A
 camera's size is fixed by its first accepted image: a later image of another size is
 rejected (the model's view and the crop box were set for the first one).
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.camera_view import CameraView
+from ..engine.observation.camera_view import CameraView
 from .convert import InputError, check_compressed, check_image, compressed_to_rgb, image_to_rgb
 
 TRANSPORTS = ("auto", "raw", "compressed")

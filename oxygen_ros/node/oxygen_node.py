@@ -60,7 +60,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from ..engine.observation import ObservationError
+from ..engine.observation.observation import ObservationError
 from ..engine.policy_io import PolicyIOError
 from . import malloc_arenas, memory_trace, qos
 from . import params as node_params

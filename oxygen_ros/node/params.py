@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.parameter import Parameter
 
-from ..engine import prompts   # model-agnostic defaults; params files set a profile's prompts
+from ..engine.text import prompts   # model-agnostic defaults; params files set a profile's prompts
 
 @dataclass(frozen=True)
 class Spec:

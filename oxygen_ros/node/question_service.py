@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..engine.memory_log import PromptTooLong, question_problem
+from ..engine.text.memory_log import PromptTooLong, question_problem
 from ..engine.questions import QuestionRejected
 from .runtime import Runtime
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.observation import Observation
+from ..engine.observation.observation import Observation
 
 
 class AsGiven:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..engine.fleet import RobotView
-from ..engine.memory_log import PromptTooLong, question_problem
+from ..engine.text.memory_log import PromptTooLong, question_problem
 from ..engine.requests import RequestRejected
 from ..engine.robot_language import RobotLanguage
 from .robot_inputs import InputError, RobotInputs, repack

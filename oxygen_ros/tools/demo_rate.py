@@ -34,7 +34,7 @@ def measure_frame_ms(params: dict, image_size: int, frames: int = 6, warmup: int
     """Frame times (ms) of the params' engine on synthetic observations with live requests;
     with `robots`, a fleet's frames (every robot's observation batched, each with its own
     requests)."""
-    from ..engine.observation import Observation
+    from ..engine.observation.observation import Observation
     from ..engine.requests import LanguageRequest
     from ..engine.factory import build_engine
 

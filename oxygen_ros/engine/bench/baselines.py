@@ -15,10 +15,10 @@ import torch
 
 from ..frame import FrameResult, PhaseTimer
 from ..layers.engine_model import EngineModel
-from ..observation import Observation
+from ..observation.observation import Observation
 from ..requests import LanguageRequest, TextDelta
 from ..scheduler import EngineBase, EngineConfig, OxygenEngine, LiveRequest
-from ..tokenizer import TextStream, Tokenizer
+from ..text.tokenizer import TextStream, Tokenizer
 
 
 class IsolatedRunner(EngineBase):

@@ -255,7 +255,7 @@ def format_table(report: dict) -> str:
 def workload_shape(model: EngineModel, tok, s: BenchSettings, frames: int = 64) -> dict:
     """Token counts of the workload: the longest prefix over its first frames (the state
     text varies per frame) and the request prompt."""
-    from ..observation import prefix_text
+    from ..observation.observation import prefix_text
     wl = get_workload(s.workload)
     cams = min(wl.cameras, len(model.cfg.camera_slots))
     text = max(len(tok.encode(prefix_text(f.instruction, f.state), add_bos=True))

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..observation import Observation
+from ..observation.observation import Observation
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Models trained by no public pipeline (the random-weight profiles) see each state joint's
 [lower, upper] range as [-1, 1] and give actions in the same space. Images are the
-engine's own rule (stretched to the model's square, engine/observation.py), the prompt its
+engine's own rule (stretched to the model's square, engine/observation/observation.py), the prompt its
 `Task: ..., State: ...;\\nAction: ` prefix. Checkpoints trained by openpi or LeRobot use
 PolicyIO instead (models/pi05/processor.py): their statistics, resize-with-pad and prompt format.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..observation import Observation
+from ..observation.observation import Observation
 from .errors import PolicyIOError
 
 

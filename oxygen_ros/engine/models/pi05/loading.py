@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...config import parse_dtype
-from ...tokenizer import ByteTokenizer, WideByteTokenizer
+from ...text.tokenizer import ByteTokenizer, WideByteTokenizer
 from .checkpoint import load_pi05
 from .modeling import build_random_model
 

@@ -10,7 +10,7 @@ from ...layers.engine_model import EngineModel
 from ...layers.random_init import init_random
 from .expert import ActionExpert
 from ...kv_pool import KVPool
-from ...observation import ObservationError, camera_batch, prefix_text
+from ...observation.observation import ObservationError, camera_batch, prefix_text
 from ...transfer import to_device
 from .vision import VisionEncoder
 
@@ -30,7 +30,7 @@ class VLAModel(EngineModel):
 
     # -- the observation prefix ------------------------------------------------------
     def observation_prefix(self, obs, tok) -> torch.Tensor:
-        """The frame's prefix embeddings [1, L, W] from an engine.observation.Observation:
+        """The frame's prefix embeddings [1, L, W] from an engine.observation.observation.Observation:
         obs.pixels / obs.prompt_ids where a policy I/O made them, else the present cameras
         resized and pi0.5's "Task: ..., State: ...;" text with the state as 256 bins."""
         cfg = self.cfg

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...observation import Observation
+from ...observation.observation import Observation
 from ...policy_io import checkpoint as ckpt
 from ...policy_io.deltas import to_absolute, to_delta
 from ...policy_io.errors import PolicyIOError

@@ -27,7 +27,7 @@ _UNK_TEXT = " \u2047 ".encode("utf-8")
 
 
 class SentencePieceTokenizer:
-    """Implements engine.tokenizer.Tokenizer over a sentencepiece.SentencePieceProcessor."""
+    """Implements engine.text.tokenizer.Tokenizer over a sentencepiece.SentencePieceProcessor."""
 
     def __init__(self, model_path: str):
         try:

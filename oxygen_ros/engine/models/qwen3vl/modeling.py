@@ -35,7 +35,7 @@ from torch import nn
 
 from ...config import DecoderConfig
 from ...kv_pool import KVPool
-from ...observation import ObservationError
+from ...observation.observation import ObservationError
 from .image_processing import Qwen3VLImageSettings, image_token_count, qwen3vl_pixels, smart_resize
 from ...transfer import to_device
 from ...layers.decoder import Decoder
@@ -157,7 +157,7 @@ class Qwen3VLVLA(EngineModel):
 
     # -- the observation prefix ------------------------------------------------------------
     def observation_prefix(self, obs, tok) -> Prefix:
-        """The frame's Prefix from an engine.observation.Observation: the present cameras
+        """The frame's Prefix from an engine.observation.observation.Observation: the present cameras
         in slot order (any sizes), the instruction (or obs.prompt_ids: the instruction's
         tokens as a policy I/O made them), and the state for the action head."""
         unknown = set(obs.images) - set(self.cfg.camera_slots)

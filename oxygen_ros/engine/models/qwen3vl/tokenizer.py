@@ -28,7 +28,7 @@ token name.
 The chat template comes from tokenizer_config.json `chat_template` (a string, or a list
 of {name, template} where "default" is taken), else chat_template.jinja, else
 chat_template.json; `render_chat` renders it with the sandboxed renderer shared with
-the SmolLM2 tokenizer (engine/chat_template.py).
+the SmolLM2 tokenizer (engine/text/chat_template.py).
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ import json
 import os
 from pathlib import Path
 
-from ...byte_level_bpe import unicode_to_bytes
-from ...chat_template import render_chat_template
+from ...text.byte_level_bpe import unicode_to_bytes
+from ...text.chat_template import render_chat_template
 
 TOKEN_NAMES = {"im_start": "<|im_start|>", "im_end": "<|im_end|>", "endoftext": "<|endoftext|>",
                "vision_start": "<|vision_start|>", "vision_end": "<|vision_end|>",
@@ -64,7 +64,7 @@ def _token_text(value) -> str | None:
 
 
 class Qwen3VLTokenizer:
-    """Implements oxygen_ros.engine.tokenizer.Tokenizer, plus decode, special_ids and
+    """Implements oxygen_ros.engine.text.tokenizer.Tokenizer, plus decode, special_ids and
     render_chat. Build it with `from_dir(checkpoint_dir)`."""
 
     def __init__(self, tokenizer, config: dict | None = None, tokenizer_config: dict | None = None,

@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...chat_template import render_chat_template
-from ...byte_level_bpe import unicode_to_bytes
+from ...text.chat_template import render_chat_template
+from ...text.byte_level_bpe import unicode_to_bytes
 
 # llama.cpp token types
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
 class GGUFTokenizer:
-    """Implements oxygen_ros.engine.tokenizer.Tokenizer, plus decode and the chat template."""
+    """Implements oxygen_ros.engine.text.tokenizer.Tokenizer, plus decode and the chat template."""
 
     def __init__(self, meta: dict):
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers

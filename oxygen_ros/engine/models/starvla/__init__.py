@@ -20,7 +20,7 @@ def load(name: str, cfg, checkpoint=None, tokenizer_path=None, dtype="float32", 
     import torch
 
     from ...config import parse_dtype
-    from ...tokenizer import WideByteTokenizer
+    from ...text.tokenizer import WideByteTokenizer
     from ..qwen3vl.modeling import build_random_qwen3vl
 
     if checkpoint:

@@ -292,7 +292,7 @@ class StarVLAPolicyIO:
         config's views (the first n_images slots, resized to its image_size), and the whole
         chat prompt as segments for the Qwen3-VL prefix (models/qwen3vl/modeling.py): the images,
         then the instruction with the state as text; the head itself reads no state."""
-        from ...observation import Observation
+        from ...observation.observation import Observation
 
         slots = self.camera_slots[: self.n_images or 1]
         missing = [s for s in slots if images.get(s) is None]

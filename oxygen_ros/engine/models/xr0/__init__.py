@@ -27,7 +27,7 @@ def load_random(name: str, cfg, checkpoint, dtype: str, device: str):
     import torch
 
     from ...config import parse_dtype
-    from ...tokenizer import ByteTokenizer, WideByteTokenizer
+    from ...text.tokenizer import ByteTokenizer, WideByteTokenizer
     from ..qwen3vl.modeling import build_random_qwen3vl
 
     if checkpoint:

@@ -412,7 +412,7 @@ class XR0PolicyIO:
         state_dim: the deploy path normalises nothing), prompt_ids = prompt_tokens(task),
         and in `extra` the robot type and its action mask (bool [action_dim]; the deploy
         model multiplies the noisy action by it)."""
-        from ...observation import Observation
+        from ...observation.observation import Observation
 
         name, stats = self._robot(None)
         frames = self.slot_frames(images, name)

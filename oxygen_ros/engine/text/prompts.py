@@ -2,7 +2,7 @@
 questions) and how an answer prompt is filled.
 
 A request prompt is appended after the frame's observation prefix, which ends with
-`Task: {instruction}, State: {bins};\\nAction: ` (engine/observation.py), so a prompt
+`Task: {instruction}, State: {bins};\\nAction: ` (engine/observation/observation.py), so a prompt
 refers to "the task above". These defaults are short plain prompts for the random-weight
 profiles (their text is noise anyway; `tiny` accepts at most 96 prompt tokens). A
 profile's real prompts live in its params file, the one source: config/demo.yaml holds
