@@ -10,7 +10,10 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(include=[PACKAGE, PACKAGE + ".*"]),
-    package_data={PACKAGE + ".engine.native": ["*.cpp"]},
+    # smol-panda's trained weights ship inside the package (its checkpoint: "" reads them)
+    package_data={PACKAGE + ".engine.native": ["*.cpp"],
+                  PACKAGE + ".engine.models.smol_panda": ["weights/*.json", "weights/*.safetensors",
+                                                          "weights/assets/panda/*.json"]},
     data_files=[
         # The ament index marker makes `ros2 run` / get_package_share_directory find us.
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),

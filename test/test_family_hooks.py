@@ -76,3 +76,18 @@ def test_prepare_weights_is_the_smol_familys_alone(monkeypatch):
     assert converted == [(None, sys.stdout), ("/x/other.gguf", sys.stdout)]
     assert said[0].startswith("checking the SmolLM2 weights cache")
     assert said[1] == "weights: /cache/smol.safetensors (converted now)"
+
+
+def test_a_family_that_ships_weights_gives_its_folder_as_the_default_checkpoint():
+    """smol-panda's empty checkpoint means the weights in its package folder (wherever it is
+    installed), for the model and for its policy I/O alike; a given checkpoint wins; profiles
+    without shipped weights keep their empty checkpoint."""
+    from oxygen_ros.engine.models.smol_panda import SHIPPED_DIR
+
+    assert registry.default_checkpoint("smol-panda") == str(SHIPPED_DIR)
+    p = {"model": "smol-panda", "checkpoint": "", "policy_io": "openpi"}
+    assert factory.with_checkpoint(p)["checkpoint"] == str(SHIPPED_DIR) and p["checkpoint"] == ""
+    assert factory.with_checkpoint({**p, "checkpoint": "/mine"})["checkpoint"] == "/mine"
+    for profile in ("tiny", "smol", "pi05", "xr0", "nonexistent"):
+        assert registry.default_checkpoint(profile) == ""
+        assert factory.with_checkpoint({"model": profile, "checkpoint": ""})["checkpoint"] == ""

@@ -11,6 +11,17 @@ The joint spaces given to build_policy_io are anything with names, lower and upp
 from __future__ import annotations
 
 
+def with_checkpoint(p: dict) -> dict:
+    """`p` with its checkpoint filled in where it is empty and the profile's family ships
+    trained weights (registry.default_checkpoint): the model and its policy I/O then read
+    the same folder."""
+    from .registry import default_checkpoint
+
+    if p.get("checkpoint") or not default_checkpoint(p.get("model", "")):
+        return p
+    return {**p, "checkpoint": default_checkpoint(p["model"])}
+
+
 def build_engine(p: dict, robots: dict | None = None):
     """(model, tokenizer, engine) from the node's parameter values `p` (node/params.read); with
     `robots` (a fleet's per-robot values by name) the engine is a FleetEngine serving them.
@@ -23,6 +34,8 @@ def build_engine(p: dict, robots: dict | None = None):
     from .registry import load_model
     from .scheduler import EngineConfig, OxygenEngine
 
+    p = with_checkpoint(p)
+    robots = {name: with_checkpoint(q) for name, q in (robots or {}).items()} or None
     for q in (robots or {}).values():
         convention, fam = _family_io(q)
         if fam is not None and fam.policy_io.not_in_fleet:
@@ -63,7 +76,7 @@ def choose_policy_io(p: dict) -> str:
         raise ValueError(f"policy_io must be one of {', '.join(values)}, got {p['policy_io']!r}")
     if p["policy_io"] != "auto":
         return p["policy_io"]
-    return (auto_policy_io(p["model"]) if p["checkpoint"] else None) or "limits"
+    return (auto_policy_io(p["model"]) if with_checkpoint(p)["checkpoint"] else None) or "limits"
 
 
 def _family_io(p: dict):
@@ -91,6 +104,7 @@ def build_policy_io(p: dict, model, tok, state, actions):
 
     from .policy_io import LimitsIO
 
+    p = with_checkpoint(p)
     convention = choose_policy_io(p)
     _, fam = _family_io(p)
     if fam is None:

