@@ -312,3 +312,49 @@ def test_text_and_observation_import_nothing_outside_their_folder(folder):
     assert modules, f"engine/{folder}/ holds no module"
     wrong = [f"{m} -> {t}" for m in modules for t in GRAPH[m] if t != room and not t.startswith(room + ".")]
     assert not wrong, "\n".join(wrong)
+
+
+# -- one door a room (issue 43): a camera image and a question each enter a module once --------
+
+def _reaches(module: str) -> set[str]:
+    """The attribute names `module` reads or writes anywhere (`x.board.fail` reaches board and fail)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def test_the_question_service_asks_only_its_robots_language():
+    """node/question_service.py hands a question to RobotLanguage's door (ask_progress) and
+    nothing else of the robot: not the memory log, the board, the estimate, the loop's
+    figures, the model's or the engine's config."""
+    module = "oxygen_ros.node.question_service"
+    imports = GRAPH[module] - {"oxygen_ros.engine.robot_language"}
+    assert not {t for t in imports if t.startswith("oxygen_ros.engine")}, imports
+    reached = _reaches(module) & {"board", "answers", "stats", "model", "engine", "memory", "cfg", "config"}
+    assert not reached, f"question_service.py reaches through its robot: {sorted(reached)}"
+
+
+def test_serve_checks_a_question_through_the_same_door():
+    """oxygen serve checks a question's text with RobotLanguage as the node does: no memory-log
+    import of its own."""
+    assert "oxygen_ros.engine.text.memory_log" not in GRAPH["oxygen_ros.serving.sessions"]
+    assert "check_question" in _reaches("oxygen_ros.serving.sessions")
+
+
+def test_the_frame_loop_takes_a_robots_inputs_through_one_door():
+    """node/frame_loop.py asks SensorInputs for a frame's inputs (frame_inputs): it neither
+    snapshots the input monitor nor sets its age limit; the frame publisher counts clipped
+    points in the loop's figures and takes its settings at construction."""
+    assert not _reaches("oxygen_ros.node.frame_loop") & {"monitor", "answers", "joint_input"}
+    assert not _reaches("oxygen_ros.node.frame_publisher") & {"clipped_points", "p", "config"}
+
+
+@pytest.mark.parametrize("module", ["oxygen_ros.node.oxygen_node", "oxygen_ros.serving.sessions"])
+def test_robot_language_counts_tokens_itself(module):
+    """RobotLanguage gets the tokenizer, not a token-counting function of the node's or serve's
+    (engine code never calls back into a function defined outside it)."""
+    calls = [n for n in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8")))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "RobotLanguage"]
+    assert calls
+    lambdas = [n.lineno for c in calls for a in [*c.args, *(k.value for k in c.keywords)]
+               if isinstance(a, ast.Lambda)]
+    assert not lambdas, f"{module} passes RobotLanguage a function of its own at lines {lambdas}"

@@ -5,29 +5,44 @@ It holds which narration/memory streams are due and live, the memory log, the qu
 (the board a waiting caller shares with the frame, deadlines, the answer estimate), the
 answer prompt, and what a finished request does. All of it is this robot's alone: a
 caller that catches an exception from it keeps the fault with this robot.
+
+A caller's progress question has one door, `ask_progress` (the node's ask_progress service:
+checked, estimated against its deadline, put on the board and waited for, or refused with the
+reason); `check_question` is the text check alone (an unconfigured node, `oxygen serve`).
 """
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from .admission import frames_to_finish
 from .answer_estimate import AnswerEstimator, Estimate
-from .text.memory_log import MemoryLog
-from .questions import Question, QuestionBoard
+from .text.memory_log import MemoryLog, PromptTooLong, question_problem
+from .questions import Question, QuestionBoard, QuestionRejected
 from .requests import LanguageRequest, RequestRejected
 
 STREAMS = ("narration", "memory")
+STALL_CHECK_S = 0.25     # how often a waiting caller looks whether frames have stopped
+
+
+class QuestionRefused(ValueError):
+    """A progress question gets no answer: the message is the reason its caller is given."""
+
+
+def _no_stall() -> str:
+    return ""
 
 
 class RobotLanguage:
-    def __init__(self, engine, count_tokens, prompt_limit: int, memory_log_size: int,
-                 max_questions: int = 1, period_s: float = 0.0):
+    def __init__(self, engine, tokenizer, prompt_limit: int, memory_log_size: int,
+                 max_questions: int = 1, period_s: float = 0.0, stalled: Callable[[], str] = _no_stall):
         """engine: this robot's side of the engine (submit(req) -> id, backlog(), config,
-        frame_index): an OxygenEngine or a fleet's RobotView; count_tokens(text) -> int and
-        prompt_limit bound the answer prompt; max_questions: questions in flight on the
-        board; period_s: the frame period the answer estimate starts from."""
+        frame_index): an OxygenEngine or a fleet's RobotView; tokenizer (its encode counts)
+        and prompt_limit bound the answer prompt; max_questions: questions in flight on the
+        board; period_s: the frame period the answer estimate starts from; stalled() -> why
+        this robot's frames are not running now ("" while they run), for a waiting question."""
         self.engine = engine
-        self._count_tokens, self._prompt_limit = count_tokens, prompt_limit
+        self._tokenizer, self._prompt_limit, self._stalled = tokenizer, prompt_limit, stalled
         self.memory = MemoryLog(memory_log_size)
         self.board = QuestionBoard(max_questions)
         self.answers = AnswerEstimator(period_s)
@@ -74,6 +89,9 @@ class RobotLanguage:
         PromptTooLong if even an empty memory does not fit."""
         return self.memory.answer_prompt(template, question, self._count_tokens, self._prompt_limit)
 
+    def _count_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text))
+
     def estimate(self, tokens: int, stalled: str = "") -> Estimate:
         """When an answer of `tokens` asked now would be complete, behind the board's questions."""
         return self.answers.estimate(tokens, self.board.waiting_tokens(), stalled)
@@ -90,6 +108,72 @@ class RobotLanguage:
                 self.board.submitted(q, self.start("answer", q.prompt, q.max_new_tokens))
             except RequestRejected as e:
                 self.board.fail(q, f"the engine rejected the question: {e}")
+
+    @staticmethod
+    def check_question(text: str, unavailable: str = "") -> tuple[str, str]:
+        """(the question as asked: whitespace collapsed, why it cannot be: "" if it can). Its
+        text's problem (empty, control characters) comes before `unavailable` (why the robot
+        cannot answer now), so a probe with an empty question gets the same reply in any state."""
+        question = " ".join(text.split())
+        return question, question_problem(question) or unavailable
+
+    def ask_progress(self, text: str, template: str, max_tokens: int, timeout_s: float, asked_at: float,
+                     unavailable: Callable[[], str]) -> str:
+        """A caller's question, asked and waited for on its own thread (never the frame's): the
+        answer, or QuestionRefused with why not. Refused at once for its text, `unavailable()`
+        (why the robot cannot answer now, "" when it can), its length, or an answer that could
+        not be complete by asked_at + timeout_s; once queued, as soon as stalled frames could
+        no longer finish it in time, or at that deadline."""
+        question, problem = self.check_question(text, unavailable())
+        if problem:
+            raise QuestionRefused(problem)
+        if len(question) > 16 * self._prompt_limit:
+            raise QuestionRefused(f"question too long: {len(question)} characters")
+        tokens = min(max_tokens, self.engine.config.max_new_tokens)
+        # queued only while the answer can be complete before the caller's deadline
+        estimate = self.estimate(tokens, self._stalled())
+        if estimate.seconds > timeout_s:
+            self.answers.note_refused()
+            raise QuestionRefused(f"cannot answer within {timeout_s:g} s: {estimate.describe()}")
+        try:
+            q = self.ask(template, question, tokens)
+        except (PromptTooLong, QuestionRejected) as e:
+            raise QuestionRefused(str(e)) from e
+        why = unavailable()
+        if why:                            # gone meanwhile (deactivated): nobody would answer
+            self.board.fail(q, why)
+        return self._await_answer(q, tokens, estimate, asked_at + timeout_s, timeout_s)
+
+    def _await_answer(self, q: Question, tokens: int, estimate: Estimate, deadline: float, timeout_s: float) -> str:
+        while not q.event.wait(min(STALL_CHECK_S, max(0.0, deadline - time.monotonic()))):
+            left = deadline - time.monotonic()
+            stalled = self._stalled()
+            # frames stopped (an input died, a failure): once even resuming now could not finish
+            # the answer in time, say so now rather than at the deadline
+            if left > 0 and not (stalled and self._frames_needed_s(tokens) > left):
+                continue
+            # still on the board: never handed to the engine; else the engine keeps decoding it
+            where = ("it was not started" if self.board.withdraw(q)
+                     else f"request {q.request_id} keeps streaming on the answer topic")
+            if left > 0:
+                raise QuestionRefused(f"cannot answer within {timeout_s:g} s any more: no frame is running "
+                                      f"({stalled}); {left:.1f} s left ({where}); at admission: {estimate.describe()}")
+            now = self.answers.estimate(tokens, [], stalled)
+            raise QuestionRefused(f"timed out after {timeout_s:g} s waiting for the answer ({where}); at admission: "
+                                  f"{estimate.describe()}; now: {now.describe()}")
+        if q.error:
+            raise QuestionRefused(q.error)
+        return q.answer
+
+    def _frames_needed_s(self, tokens: int) -> float:
+        """Seconds of frames an answer of `tokens` needs behind the backlog, counted from now
+        (frames stopped: the estimate's clock must not run from the last frame's start)."""
+        e = self.answers.estimate(tokens, [], "")
+        return e.frames * e.interval_s
+
+    def no_frame(self) -> None:
+        """A tick made no frame for this robot: the estimate does not count the gap as a frame."""
+        self.answers.no_frame()
 
     def ask_now(self, template: str, question: str, tokens: int, timeout_s: float,
                 interval_s: float | None) -> int:

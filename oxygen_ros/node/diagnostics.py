@@ -124,5 +124,5 @@ class Diagnostics:
         name = self._name + (f"/{rt.name}" if rt.name else "")
         return build(
             name, self._clock.now().to_msg(), self._state(),
-            rt.p["model"], {**rt.stats.snapshot(), "clipped_points": rt.clipped_points},
+            rt.p["model"], rt.stats.snapshot(),
             rt.monitor.snapshot(), rt.monitor.counts(), language, serving.period_s, robot_time)

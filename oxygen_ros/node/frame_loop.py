@@ -42,7 +42,8 @@ class FrameLoop:
         self._serving, self._stop, self._doors = serving, stop, doors
         self._robots = serving.robots
         self._acted_stamp: dict[str, int] = {}     # robot -> the stamp its last chunk came from
-        self._publish = {name: FramePublisher(rt, rt.pubs, doors.clock, lambda topic, r=name: doors.log_for(topic, r))
+        self._publish = {name: FramePublisher(rt, rt.pubs, doors.clock, lambda topic, r=name: doors.log_for(topic, r),
+                                              rt.p["memory_log_size"], rt.engine.config.steps_per_frame)
                          for name, rt in self._robots.items()}
 
     def _log(self, rt: Runtime, topic: str):
@@ -72,7 +73,7 @@ class FrameLoop:
                     throttle_duration_sec=LOG_THROTTLE_S)
             for rt in robots:
                 if rt.name not in ran:
-                    rt.language.answers.no_frame()
+                    rt.language.no_frame()
             if clock is None:
                 if not ran:
                     self._stop.wait(0.01)      # no frame ran (inputs not ready): do not spin
@@ -113,7 +114,7 @@ class FrameLoop:
         return True
 
     def _usable(self) -> bool:
-        return any(rt.monitor.snapshot().usable for rt in self._robots.values())
+        return any(rt.inputs.usable() for rt in self._robots.values())
 
     def _first_inputs(self, clock: TickClock) -> bool:
         """Before the first frame, poll the inputs until the next tick instead of sleeping:
@@ -189,32 +190,24 @@ class FrameLoop:
     def _prepare(self, rt: Runtime, now) -> RobotFrame | None:
         """A robot's observation for this frame, its requests handed to the engine; None
         (and the reason counted and logged) when its inputs cannot make one."""
-        jump = rt.monitor.note_ros_time(now.nanoseconds)
-        if jump < 0:
-            self._log(rt, "clock").warning(
-                f"ROS time jumped back by {-jump:.3f} s; observation ages use the monotonic clock",
-                throttle_duration_sec=LOG_THROTTLE_S)
-        elif jump > 0:
-            self._log(rt, "clock").warning(
-                f"ROS time jumped forward by {jump:.3f} s; the inputs received before it are that much older",
-                throttle_duration_sec=LOG_THROTTLE_S)
         live = self._doors.read(node_params.LIVE, rt.name)   # live parameters apply from this frame
-        rt.monitor.max_age_s = live["max_observation_age_s"]
-        snap = rt.monitor.snapshot()
-        if not snap.usable:
-            reason = "; ".join(snap.problems) or "inputs not usable"
-            rt.stats.no_chunk(reason)
-            self._log(rt, "inputs").error(f"no action chunk: {reason}", throttle_duration_sec=LOG_THROTTLE_S)
+        got = rt.inputs.frame_inputs(now.nanoseconds, live["max_observation_age_s"],
+                                     self._acted_stamp.get(rt.name) if live["new_observations_only"] else None)
+        if got.jump_s < 0:
+            self._log(rt, "clock").warning(
+                f"ROS time jumped back by {-got.jump_s:.3f} s; observation ages use the monotonic clock",
+                throttle_duration_sec=LOG_THROTTLE_S)
+        elif got.jump_s > 0:
+            self._log(rt, "clock").warning(
+                f"ROS time jumped forward by {got.jump_s:.3f} s; the inputs received before it are that much older",
+                throttle_duration_sec=LOG_THROTTLE_S)
+        if got.unusable:
+            self._log(rt, "inputs").error(f"no action chunk: {got.unusable}", throttle_duration_sec=LOG_THROTTLE_S)
+        if got.images is None:
             return None
-        if live["new_observations_only"] and snap.stamp_ns and snap.stamp_ns == self._acted_stamp.get(rt.name):
-            rt.stats.no_chunk("no new observation since the last chunk (new_observations_only)")
-            return None
-        images = rt.inputs.frame_images(snap)
-        if images is None:
-            return None
-        state = snap.values[rt.joint_input]
+        state = got.state
         try:
-            obs = rt.policy.observation(images, state, live["instruction"], snap.stamp_ns / 1e9)
+            obs = rt.policy.observation(got.images, state, live["instruction"], got.stamp_ns / 1e9)
         except PolicyIOError as e:
             rt.stats.no_chunk(f"observation rejected by the policy I/O: {e}", error=True)
             self._log(rt, "observation").error(f"no action chunk: observation rejected by the policy I/O: {e}",
@@ -222,7 +215,7 @@ class FrameLoop:
             return None
         for stream, e in rt.language.begin_frame(live):    # questions, due streams, the estimate
             self._log(rt, stream).warning(f"{stream} request skipped: {e}", throttle_duration_sec=LOG_THROTTLE_S)
-        obs_stamp_ns = snap.stamp_ns or now.nanoseconds       # unstamped inputs: the tick's time
+        obs_stamp_ns = got.stamp_ns or now.nanoseconds        # unstamped inputs: the tick's time
         guide, note = rt.robot_time.rtc_guide(obs_stamp_ns / 1e9, state)
         if note:
             self._log(rt, "rtc").info(note, throttle_duration_sec=LOG_THROTTLE_S)

@@ -19,10 +19,12 @@ from .runtime import Runtime
 
 
 class FramePublisher:
-    def __init__(self, rt: Runtime, pubs: dict, clock, log):
+    def __init__(self, rt: Runtime, pubs: dict, clock, log, memory_log_size: int, decode_budget: int):
         """rt: the robot's state; pubs: its publishers by output (trajectory, trajectory:EXPERT,
-        timing, narration, memory, answer); clock: the node's; log(topic) -> the robot's logger."""
+        timing, narration, memory, answer); clock: the node's; log(topic) -> the robot's logger;
+        memory_log_size, decode_budget (steps_per_frame, 0: automatic): configure's settings."""
         self._rt, self._pubs, self._clock, self._log = rt, pubs, clock, log
+        self._memory_log_size, self._decode_budget = memory_log_size, decode_budget
 
     def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> dict:
         """Publish the action chunk now, stamped at its observation's time; returns the
@@ -31,10 +33,10 @@ class FramePublisher:
         actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
         positions, clipped = rt.action_joints.clip(actions)
         if clipped:
-            rt.clipped_points += clipped
+            so_far = rt.stats.clipped(clipped)      # counted in the loop's figures (/diagnostics)
             log("envelope").warning(
                 f"{clipped} of {len(positions)} chunk points clipped into the joint limits "
-                f"({rt.clipped_points} so far)", throttle_duration_sec=LOG_THROTTLE_S)
+                f"({so_far} so far)", throttle_duration_sec=LOG_THROTTLE_S)
         rtime = rt.robot_time
         publish_now = self._clock.now()
         obs_s, restamped = rtime.observation_time(obs_stamp_ns / 1e9, tick_now.nanoseconds / 1e9,
@@ -51,7 +53,8 @@ class FramePublisher:
                                                          None if restamped else obs_stamp_ns))
         for expert in rt.experts:       # the further experts' chunks, from the same observation
             positions, clipped = expert_positions(expert, chunk.expert_actions[expert.name])
-            rt.clipped_points += clipped
+            if clipped:
+                rt.stats.clipped(clipped)
             now_s = self._clock.now().nanoseconds / 1e9
             own = plan_chunk(positions, obs_s, expert.action_dt, now_s, live["trajectory_velocities"])
             if not own.empty:
@@ -84,7 +87,7 @@ class FramePublisher:
         except Exception as e:  # noqa: BLE001 - the text and statistics still go out
             self.fault("publishing FrameTiming", e)
         self.text(result, timing.header.stamp)
-        budget = rt.engine.config.steps_per_frame
+        budget = self._decode_budget
         rt.stats.frame(ms["total"], missed, result.tokens_emitted, decode_steps=result.decode_steps,
                        decode_budget=budget if budget else f"auto ({result.decode_steps})",
                        live_requests=result.live_requests, queued_requests=result.queued_requests,
@@ -108,12 +111,11 @@ class FramePublisher:
                     self.fault(f"finishing {d.stream} request {d.request_id}", e)
 
     def _finished(self, d) -> None:
-        rt = self._rt
-        full = rt.language.finished(d)      # first: the stream may start its next request
+        full = self._rt.language.finished(d)      # first: the stream may start its next request
         if d.error:
             self._log(d.stream).warning(f"{d.stream} request {d.request_id} failed: {d.error}",
                                         throttle_duration_sec=LOG_THROTTLE_S)
         if full:
             self._log("memory").info(
-                f"memory log full: the latest {rt.p['memory_log_size']} entries are kept (memory_log_size), "
+                f"memory log full: the latest {self._memory_log_size} entries are kept (memory_log_size), "
                 "older ones are dropped", once=True)

@@ -20,6 +20,7 @@ class LoopStats:
         self.robot_faults = 0                   # exceptions in this robot's policy I/O or publishing
         self.last = {}                          # latest frame's engine figures
         self.problem = ("", -1e9)               # latest reason a tick produced no chunk
+        self.clipped_points = 0                 # published chunk points clipped into the joint limits
         self._last_at = None
 
     def frame(self, total_ms: float, missed: bool, tokens: int, **latest) -> None:
@@ -36,6 +37,19 @@ class LoopStats:
         """When the latest frame ended (this clock), None before the first."""
         with self._lock:
             return self._last_at
+
+    def stalled(self) -> str:
+        """Why frames are not running now ("" while they run): the latest reason a tick made no
+        chunk, if it is more recent than the last frame (a waiting question asks this)."""
+        with self._lock:
+            (reason, at), last = self.problem, self._last_at
+        return reason if reason and (last is None or at > last) else ""
+
+    def clipped(self, points: int) -> int:
+        """Count chunk points clipped into the joint limits; the count so far."""
+        with self._lock:
+            self.clipped_points += points
+            return self.clipped_points
 
     def skipped(self, ticks: int) -> None:
         with self._lock:
@@ -89,6 +103,7 @@ class LoopStats:
                 "no_chunk_ticks": self.no_chunk_ticks,
                 "frame_errors": self.frame_errors,
                 "robot_faults": self.robot_faults,
+                "clipped_points": self.clipped_points,
                 "problem": reason,
                 "problem_age_s": now - at,
                 **self.last,

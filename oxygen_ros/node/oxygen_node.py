@@ -31,7 +31,7 @@ Runtime per robot); each part gets what it uses, never the node:
   frame_loop.py        the inference thread: one frame per tick (runtime.NodeDoors)
   frame_publisher.py   a frame's action chunks, FrameTiming and text (its publishers, clock, logger)
   sensor_inputs.py     a robot's camera and joint-state inputs (its subscriptions bind to it)
-  question_service.py  a robot's ask_progress (its Runtime and the lifecycle state, by getter)
+  question_service.py  a robot's ask_progress (its RobotLanguage and the lifecycle state, by getter)
   diagnostics.py       /diagnostics on its timer (asks each part for its figures)
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ class OxygenNode(LifecycleNode):
             self.get_logger().error(f"{problem} (the shared value is used; configure will fail)")
         # one ask_progress per robot: the node's own, or /ROBOT/ask_progress in a fleet
         for robot, name in ([(r, f"/{r}/ask_progress") for r in self.robots] or [("", "~/ask_progress")]):
-            service = QuestionService(partial(self.runtime_of, robot), lambda: self._state,
+            service = QuestionService(partial(self.language_of, robot), lambda: self._state,
                                       partial(node_params.read, self, robot=robot),
                                       self.log_for("ask_progress", robot))
             self.create_service(AskProgress, name, service, qos_profile=qos.SERVICES,
@@ -143,11 +143,11 @@ class OxygenNode(LifecycleNode):
         """The (first) robot's part of what configure built; None while unconfigured."""
         return next(iter(self._serving.robots.values()), None) if self._serving else None
 
-    def runtime_of(self, robot: str) -> Runtime | None:
-        """A robot's part of what configure built; None while unconfigured (callbacks may
-        still run then)."""
-        serving = self._serving
-        return None if serving is None else serving.robots.get(robot)
+    def language_of(self, robot: str) -> RobotLanguage | None:
+        """A robot's language (its questions' door); None while unconfigured (callbacks may still run then)."""
+        serving = self._serving            # once: cleanup may clear it meanwhile
+        rt = serving.robots.get(robot) if serving else None
+        return rt.language if rt else None
 
     @property
     def serving(self) -> Serving | None:
@@ -305,10 +305,10 @@ class OxygenNode(LifecycleNode):
                      period_s=period_s, cameras=cameras, joint_input=joint_input,
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                           p["input_problem_hold_s"]),
-                     stats=LoopStats(), robot_time=robot_time,
-                     language=RobotLanguage(engine, lambda s: len(tok.encode(s)), cfg.max_prompt_tokens,
-                                            p["memory_log_size"],
-                                            self.get_parameter("max_concurrent_questions").value, period_s))
+                     stats=(stats := LoopStats()), robot_time=robot_time,
+                     language=RobotLanguage(engine, tok, cfg.max_prompt_tokens, p["memory_log_size"],
+                                            self.get_parameter("max_concurrent_questions").value, period_s,
+                                            stalled=stats.stalled))
         self._serving.robots[robot] = rt   # so that _release frees what was created if a later step fails
         memory_qos = qos.latched(p["memory_log_size"] * (p["max_new_tokens"] + 1))
         rt.experts = expert_outputs(p, cfg, 1.0 / robot_time.action_dt, robot_time.rtc.config, joints)

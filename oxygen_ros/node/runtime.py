@@ -37,7 +37,6 @@ class Runtime:
     inputs: object = None              # sensor_inputs.SensorInputs: the subscriptions' latest messages
     pubs: dict = field(default_factory=dict)
     subs: list = field(default_factory=list)
-    clipped_points: int = 0            # published chunk points clipped into the joint limits
     experts: list = field(default_factory=list)   # node/expert_outputs.ExpertOutput per further expert
 
 

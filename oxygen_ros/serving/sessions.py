@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from ..engine.fleet import RobotView
-from ..engine.text.memory_log import PromptTooLong, question_problem
 from ..engine.requests import RequestRejected
 from ..engine.robot_language import RobotLanguage
 from .robot_inputs import InputError, RobotInputs, repack
@@ -129,8 +128,8 @@ class SessionHub:
                 raise ServerFull(f"the server serves at most {self.max_sessions} sessions at once (--max-sessions)")
             robot = self._free.pop()
             # a view, not engine.view(): registering the robot is the engine thread's (act, submit)
-            language = RobotLanguage(RobotView(self.engine, robot), lambda t: len(self.tok.encode(t)),
-                                     self.model.cfg.max_prompt_tokens, self.language.memory_log_size)
+            language = RobotLanguage(RobotView(self.engine, robot), self.tok, self.model.cfg.max_prompt_tokens,
+                                     self.language.memory_log_size)
             s = Session(robot, inputs, torch.Generator().manual_seed(self.seed), language)
             self._sessions[robot] = s
             return s
@@ -168,13 +167,13 @@ class SessionHub:
         if question is not None:
             if not isinstance(question, str) or len(question) > MAX_QUESTION_CHARS:
                 raise InputError(f"{ASK_KEY}: a question of at most {MAX_QUESTION_CHARS} characters")
-            problem = question_problem(" ".join(question.split()))
+            question, problem = RobotLanguage.check_question(question)     # the node's check
             if problem:
                 raise InputError(f"{ASK_KEY}: {problem}")
             timeout = message.get(ASK_TIMEOUT_KEY, self.language.question_timeout_s)
             if not isinstance(timeout, (int, float)) or not timeout > 0 or not math.isfinite(timeout):
                 raise InputError(f"{ASK_TIMEOUT_KEY}: a positive number of seconds, got {timeout!r}")
-            requests.append(("answer", " ".join(question.split()), float(timeout)))
+            requests.append(("answer", question, float(timeout)))
         try:
             obs = self.adapter.observation(images, state, prompt)
         except ValueError as e:        # the policy I/O's checks (PolicyIOError)
@@ -304,7 +303,7 @@ class SessionHub:
         for stream, value, timeout in p.requests:
             try:
                 rid = self._request(s, stream, value, timeout)
-            except (RequestRejected, PromptTooLong, ValueError) as err:
+            except (RequestRejected, ValueError) as err:      # ValueError: PromptTooLong, the deadline
                 out.append({"stream": stream, "request_id": -1, "error": str(err)})
                 continue
             self._owner[rid] = s
