@@ -44,6 +44,39 @@ def test_fused_sampling_equals_eager_bitwise(prefix_len, dtype, monkeypatch):
 
 
 @needs_native
+def test_fused_sampling_reads_the_blocked_copies_alone(monkeypatch):
+    """An expert with matrices large enough for oneDNN keeps no dense packed matrix (one
+    resident copy of each weight, issue 44): the native call reads the blocked copies and
+    still reproduces eager bitwise."""
+    import dataclasses
+    from oxygen_ros.engine.layers.blocks import packed_groups
+    from oxygen_ros.engine.models.pi05.configuration import TINY
+    from oxygen_ros.engine.models.pi05.expert import ActionExpert
+    from oxygen_ros.engine.models.pi05.modeling import build_random_model
+
+    model = build_random_model(dataclasses.replace(TINY, expert=dataclasses.replace(TINY.expert, width=256,
+                                                                                    mlp_dim=1024)))
+    groups = [g for g in packed_groups(model.expert) if g.blocked is not None]
+    if not groups:
+        pytest.skip("oneDNN weight copies are not in use here")
+    assert all(g.matrix is None for g in groups)
+    native_results = []
+    native_sample = ActionExpert._sample_native
+    monkeypatch.setattr(ActionExpert, "_sample_native",
+                        lambda self, *a: native_results.append(native_sample(self, *a)) or native_results[-1])
+    pool = model.new_pool(2, 64)
+    gen = torch.Generator().manual_seed(3)
+    pool.k.copy_(torch.randn(pool.k.shape, generator=gen))
+    pool.v.copy_(torch.randn(pool.v.shape, generator=gen))
+    noise = torch.randn(10, 8, generator=gen)
+    with torch.inference_mode():
+        eager = model.sample_actions(pool, 1, 21, noise, fused=False)
+        fused = model.sample_actions(pool, 1, 21, noise, fused=True)
+    assert len(native_results) == 1 and native_results[0] is not None
+    assert torch.equal(fused, eager)
+
+
+@needs_native
 def test_fused_engine_equals_eager_isolated():
     """An OxyGen engine on the fused path reproduces isolated eager action inference."""
     model, tok = tiny()

@@ -202,7 +202,8 @@ def test_lean_packing_keeps_one_copy_the_blocked_one():
     assert (a.weight.data_ptr(), b.weight.data_ptr()) == weights    # the layers' own weights, untouched
     for got, want in zip(packed.apply(x), ref):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
-    assert packed.operands() is None                                # native code needs the dense matrix
+    matrix, blocked = packed.operands()                             # native code reads the blocked copy
+    assert matrix.numel() == 0 and blocked is packed.blocked
 
 
 def test_lean_packing_sees_in_place_writes_and_replaced_weights():
@@ -214,6 +215,17 @@ def test_lean_packing_sees_in_place_writes_and_replaced_weights():
     a2, b2, packed2 = _lean_packed()
     b2.weight = nn.Parameter(torch.ones(4, 8192))
     torch.testing.assert_close(packed2.apply(x)[1], x.sum(-1, keepdim=True).expand(2, 4), rtol=1e-4, atol=1e-2)
+
+
+def test_lean_products_differentiate_with_respect_to_their_input():
+    """Autograd through the blocked copy (RTC's guided sampling with no dense copy kept): the
+    input's gradient equals the plain layers'. oneDNN's linear alone has no backward."""
+    a, b, packed = _lean_packed()
+    x, g = torch.randn(3, 8192, requires_grad=True), torch.randn(3, 12)
+    (got,) = torch.autograd.grad(packed.matmul(x), x, g)
+    plain = x.detach().clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(torch.cat([a(plain), b(plain)], dim=-1), plain, g)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_lean_deep_copy_stays_lean():
@@ -241,9 +253,9 @@ def _mapped_pages_kb(path) -> int:
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 def test_weights_mapped_from_a_file_go_back_to_it(tmp_path):
     """A model whose weights are assigned from safetensors' mapped load_file (as the smol
-    loader does): after pack_weights the backbone's matrices are read only through their
-    blocked copies, every other mapped tensor is copied out, and the mapping's resident
-    pages are reclaimed; outputs do not change."""
+    loader does): after pack_weights the backbone's matrices (and the tied embedding) are
+    read only through their blocked copies and stay on the file, every other mapped tensor
+    is copied out, and the mapping's resident pages are reclaimed; outputs do not change."""
     from safetensors.torch import load_file, save_file
     from oxygen_ros.engine.registry import get_config
     from oxygen_ros.engine.layers.random_init import init_random
@@ -268,8 +280,93 @@ def test_weights_mapped_from_a_file_go_back_to_it(tmp_path):
     from oxygen_ros.engine.layers.mapped_weights import _file_mappings, _mapping_of
     maps = _file_mappings()
     assert _mapping_of(layer.mlp.up_proj.weight, maps) and _mapping_of(layer.self_attn.q_proj.weight, maps)
-    assert not _mapping_of(mapped.backbone.embed_tokens.weight, maps)    # looked up each step: copied out
+    # the tied LM head reads its blocked copy: the embedding stays on the file too, and a
+    # lookup faults in the pages of its rows
+    assert _mapping_of(mapped.backbone.embed_tokens.weight, maps)
     assert not _mapping_of(layer.input_layernorm.weight, maps)
     with torch.inference_mode():
         got = mapped.backbone.logits(mapped.backbone.embed(ids)), layer.mlp(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _resident_weight_bytes(model) -> int:
+    """What a packed model's weights hold in this process's memory: every parameter's and
+    buffer's storage in ordinary memory (once each; packed matrices are their parameters'
+    storage), the oneDNN-blocked copies, and the resident pages of file mappings that hold
+    weights (/proc/self/smaps)."""
+    from oxygen_ros.engine.layers.mapped_weights import _file_mappings, _mapping_of
+    maps, seen, total, mapped = _file_mappings(), set(), 0, set()
+    for t in list(model.parameters()) + list(model.buffers()):
+        storage = t.untyped_storage()
+        where = _mapping_of(t, maps)
+        if where is not None:
+            mapped.add(where)
+        elif storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    for g in packed_groups(model):
+        if g.matrix is not None and g.matrix.untyped_storage().data_ptr() not in seen:
+            total += g.matrix.untyped_storage().nbytes()
+        if g.blocked is not None:
+            total += g.blocked.numel() * g.blocked.element_size()
+    with open("/proc/self/smaps") as f:
+        starts = {s for s, _ in mapped}
+        inside = False
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                inside = int(head[0].split("-")[0], 16) in starts
+            elif inside and head[0] == "Rss:":
+                total += int(head[1]) * 1024
+    return total
+
+
+def _wide_tiny(pack: bool = True):
+    """TINY with matrices large enough for oneDNN in the backbone, the tied LM head and the expert."""
+    import dataclasses
+    from oxygen_ros.engine.layers.random_init import init_random
+    from oxygen_ros.engine.models.pi05.configuration import TINY
+    from oxygen_ros.engine.models.pi05.modeling import VLAModel
+    cfg = dataclasses.replace(
+        TINY, backbone=dataclasses.replace(TINY.backbone, width=256, mlp_dim=1024, head_dim=64),
+        expert=dataclasses.replace(TINY.expert, width=256, mlp_dim=1024))
+    model = init_random(VLAModel(cfg), cfg.seed).eval()
+    return model.pack_weights() if pack else model
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+def test_a_packed_model_holds_each_weight_once():
+    """After pack_weights the weights are resident once (issue 44): where a product reads a
+    blocked copy, no dense copy of its matrix stays in memory (the backbone's, the tied LM
+    head's and the action expert's alike). Before: the expert kept its packed dense matrix
+    and the token embedding beside their blocked copies."""
+    model = _wide_tiny()
+    assert packed_groups(model.expert)[0].blocked is not None and model.backbone._head.blocked is not None
+    resident = _resident_weight_bytes(model)
+    assert resident <= 1.05 * model.weight_bytes(), (resident, model.weight_bytes())
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+def test_blocked_layers_weights_go_to_a_file_and_read_back_unchanged(tmp_path, monkeypatch):
+    """Weights in ordinary memory (random placeholders here) whose products read blocked
+    copies move to a private mapping of a file that is unlinked at once; state_dict and a
+    deep copy read them back unchanged. OXYGEN_WEIGHTS_ON_FILE=0 leaves them in memory."""
+    from oxygen_ros.engine.layers.mapped_weights import _file_mappings, _mapping_of
+    monkeypatch.setenv("OXYGEN_CACHE_DIR", str(tmp_path))
+    model = _wide_tiny(pack=False)
+    want = {k: v.clone() for k, v in model.state_dict().items()}
+    model.pack_weights()
+    maps = _file_mappings()
+    expert = model.expert.layers[0]
+    assert _mapping_of(expert.mlp.up_proj.weight, maps) and _mapping_of(model.backbone.embed_tokens.weight, maps)
+    assert not _mapping_of(expert.input_layernorm.dense.weight, maps)     # no blocked copy: stays in memory
+    assert not list(tmp_path.iterdir())                                 # nothing left on disk
+    twin = copy.deepcopy(model)       # e.g. the parallel baseline's model: packed the same way
+    twin_up = twin.expert.layers[0].mlp.up_proj.weight
+    assert _mapping_of(twin_up, _file_mappings()) not in (None, _mapping_of(expert.mlp.up_proj.weight, maps))
+    assert twin.expert.layers[0].mlp._gate_up.blocked is not None
+    for state in (model.state_dict(), twin.state_dict()):
+        assert state.keys() == want.keys() and all(torch.equal(v, want[k]) for k, v in state.items())
+    monkeypatch.setenv("OXYGEN_WEIGHTS_ON_FILE", "0")
+    kept = _wide_tiny()
+    assert not _mapping_of(kept.expert.layers[0].mlp.up_proj.weight, _file_mappings())

@@ -163,14 +163,16 @@ def test_guided_sampling_leaves_the_pool_alone():
 
 
 def test_guided_gradient_with_onednn_weight_copies():
-    """Where the expert's matrices have oneDNN-blocked copies (fp32 CPU, large enough), the
-    guided VJP goes through the dense products (oneDNN's linear has no backward); the copies
-    are back afterwards. Reference: the same model in float64, which runs plain F.linear."""
+    """Where the expert's matrices have oneDNN-blocked copies (fp32 CPU, large enough), they
+    are the only copies (no dense packed matrix, issue 44) and the guided VJP goes through
+    the blocked products' own backward (oneDNN's linear has none). Reference: the same model
+    in float64, which runs plain F.linear."""
     cfg = dataclasses.replace(TINY, expert=dataclasses.replace(TINY.expert, width=256, mlp_dim=1024))
     model = build_random_model(cfg)
     blocked = [g for g in packed_groups(model.expert) if g.blocked is not None]
     if not blocked:
         pytest.skip("oneDNN weight copies are not in use here")
+    assert all(g.matrix is None for g in blocked)
     pool, length, prefix, gen = _frame(model, 2)
     noise, other = _noise(model, gen), _noise(model, gen)
     previous = _sample(model, pool, length, other)

@@ -68,7 +68,8 @@ def activation(name: str):
 # oneDNN's prepacked fp32 linear streams weights ~2x faster than MKL's GEMM for the
 # 10-30 rows the action expert and a batched decode step multiply (measured on the
 # dev CPU with SmolLM2's shapes: M=10 20 vs 10 GB/s, M=30 11 vs 6 GB/s, M=1 22 vs 17).
-# It keeps a second, blocked copy of the weights; OXYGEN_ONEDNN=0 turns it off.
+# The products read a blocked copy of the weights (the layers' own stay on a file:
+# EngineModel.pack_weights); OXYGEN_ONEDNN=0 turns it off.
 # Below ~256 KB a matrix is cache-resident and oneDNN's per-call overhead dominates.
 ONEDNN_BATCH_HINT = 64
 ONEDNN_MIN_ELEMENTS = 1 << 16
@@ -100,6 +101,39 @@ def onednn_enabled(t: torch.Tensor) -> bool:
             and torch.backends.mkldnn.is_available())
 
 
+def onednn_product(rows: torch.Tensor, blocked: torch.Tensor, bias: torch.Tensor | None,
+                   gelu_tanh: bool = False) -> torch.Tensor:
+    """rows [m, in] times a oneDNN-blocked weight (+ bias, optionally through tanh GELU),
+    run as onednn_tiles(m) row counts -> [m, out]."""
+    post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
+    m = rows.shape[0]
+    tiles = onednn_tiles(m)
+    padding = sum(tiles) - m
+    if padding:
+        rows = F.pad(rows, (0, 0, 0, padding))
+    outs = [torch.ops.mkldnn._linear_pointwise(t, blocked, bias, post, [], algorithm) for t in rows.split(tiles)]
+    return (outs[0] if len(outs) == 1 else torch.cat(outs))[:m]
+
+
+class _BlockedProduct(torch.autograd.Function):
+    """onednn_product with a backward for its rows (oneDNN's linear has none: a backward
+    through it silently yields no gradient). The weights are constants (RTC's guided
+    sampling differentiates with respect to the actions only); the backward unpacks the
+    blocked copy for the call alone (a reorder, exact), so no dense copy stays resident."""
+
+    @staticmethod
+    def forward(ctx, rows, blocked, bias):
+        ctx.blocked = blocked     # not save_for_backward: it may be an inference tensor
+        return onednn_product(rows, blocked, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad @ ctx.blocked.to_dense(), None, None
+
+
+_NO_MATRIX = torch.empty(0)
+
+
 class Packed:
     """Linear layers that read the same input, as one product (+ one bias).
 
@@ -110,10 +144,10 @@ class Packed:
     - dense=True: the layers' weights (and biases) are re-homed as views into one packed
       [in, sum(out)] matrix (no second dense copy; loading through the parameters with
       copy_ keeps it current), plus the blocked copy where oneDNN runs;
-    - dense=False: where oneDNN runs, the blocked copy is the only one the products read
-      and the layers keep their own weights untouched (so weights mapped from a file can
-      be left on disk, see mapped_weights.py); elsewhere as dense=True. For code that
-      needs no autograd and no native product (the backbone, the vision encoder).
+    - dense=False (EngineModel.pack_weights): where oneDNN runs, the blocked copy is the
+      only one the products read, autograd's included (_BlockedProduct) and the native
+      expert's (operands()), and the layers keep their own weights untouched (so they can
+      be left on a file, see mapped_weights.py); elsewhere as dense=True.
     The blocked copy is dropped if a weight is modified in place later, and if a weight
     is replaced by a new tensor (e.g. a dtype change) matmul() uses the layers directly.
     """
@@ -182,6 +216,10 @@ class Packed:
             new.pack(self.dense)
         return new
 
+    @property
+    def is_packed(self) -> bool:
+        return self._pointers is not None
+
     def _current(self) -> bool:
         """Packed, and no layer's weight or bias replaced since."""
         return self._pointers is not None and self._layer_pointers() == self._pointers
@@ -194,27 +232,28 @@ class Packed:
 
     def operands(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """(packed matrix, up-to-date oneDNN copy or None) for code that runs the product
-        itself (engine/native); None where that code cannot: no dense matrix, stale
-        layers or biases."""
-        if self.has_bias or self.matrix is None or not self._current():
+        itself (engine/native: it reads the blocked copy where there is one, else the
+        matrix; an empty matrix where the blocked copy is the only one); None where that
+        code cannot: biases, stale layers, neither layout."""
+        if self.has_bias or not self._current():
             return None
-        return self.matrix, self.current_blocked()
+        blocked = self.current_blocked()
+        if blocked is not None:
+            return (self.matrix if self.matrix is not None else _NO_MATRIX), blocked
+        return None if self.matrix is None else (self.matrix, None)
 
     def matmul(self, x: torch.Tensor, gelu_tanh: bool = False) -> torch.Tensor:
         """x [..., in] -> every layer's output side by side [..., sum(out)], optionally
         through tanh-approximated GELU (fused into the product where oneDNN runs it)."""
-        if self.current_blocked() is not None:   # None too if the weights changed
-            post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
+        blocked = self.current_blocked()    # None too if the weights changed
+        if blocked is not None:
             rows = x.reshape(-1, x.shape[-1])
-            m = rows.shape[0]
-            tiles = onednn_tiles(m)
-            padding = sum(tiles) - m
-            if padding:
-                rows = F.pad(rows, (0, 0, 0, padding))
-            outs = [torch.ops.mkldnn._linear_pointwise(t, self.blocked, self.bias, post, [], algorithm)
-                    for t in rows.split(tiles)]
-            out = outs[0] if len(outs) == 1 else torch.cat(outs)
-            return out[:m].reshape(*x.shape[:-1], -1)
+            if torch.is_grad_enabled() and x.requires_grad:
+                out = _BlockedProduct.apply(rows, blocked, self.bias)
+                out = F.gelu(out, approximate="tanh") if gelu_tanh else out
+            else:
+                out = onednn_product(rows, blocked, self.bias, gelu_tanh)
+            return out.reshape(*x.shape[:-1], -1)
         if self.matrix is not None and self._current():
             out = x @ self.matrix if self.bias is None else torch.addmm(self.bias, x.reshape(-1, x.shape[-1]),
                                                                         self.matrix).reshape(*x.shape[:-1], -1)

@@ -5,11 +5,13 @@ config, None for a language-only model), `backbone` (layers/decoder.Decoder), `e
 first action head, or None) and `decode_hidden` (one decode step's hidden states)."""
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
 from .blocks import onednn_enabled, packed_groups
-from .mapped_weights import copy_out, reclaim
+from .mapped_weights import copy_out, mappings_of, move_to_file, reclaim, release_free_memory
 
 
 class EngineModel(nn.Module):
@@ -29,21 +31,34 @@ class EngineModel(nn.Module):
 
     def pack_weights(self):
         """Lay out every projection for fast inference, in place. Call after the final
-        weights, dtype and device are set. The backbone and the vision encoder keep one
-        copy of each weight where oneDNN runs (the blocked one, Packed(dense=False); if
-        the weights are mapped from a file, their pages go back to it: mapped_weights.py);
-        the action heads keep the dense matrix as well: RTC's guided sampling
-        differentiates through them and the native expert reads it."""
-        lean = [g for name in ("backbone", "vision", "visual")
-                if isinstance(getattr(self, name, None), nn.Module) for g in packed_groups(getattr(self, name))]
-        on_blocked = {id(l.weight) for g in lean if onednn_enabled(g.linears[0].weight)
-                      for l in g.linears if isinstance(l, nn.Linear)}
+        weights, dtype and device are set. Each weight stays resident once (issue 44):
+        where oneDNN runs, a group's products read its blocked copy alone (the expert's,
+        for RTC's backward and the native expert too: Packed(dense=False)) and the layers'
+        own weights, which only state_dict, copies and stale-copy fallbacks read, stay on a
+        file: the one they are mapped from, or one of their own (mapped_weights.py); the
+        tied token embedding too, whose rows the decode step looks up a page at a time.
+        Elsewhere (GPU, other dtypes, small matrices) the packed dense matrix is the copy."""
+        groups = packed_groups(self)
+        on_blocked = {id(l.weight) for g in groups if onednn_enabled(g.linears[0].weight) for l in g.linears}
         mapped = copy_out(self, left_to_file=on_blocked)
-        lean_ids = {id(g) for g in lean}
-        for group in packed_groups(self):
-            group.pack(dense=id(group) not in lean_ids)
+        mapped += move_to_file(self, on_blocked)
+        for group in groups:
+            group.pack(dense=False)
         reclaim(mapped)
+        release_free_memory()
         return self
+
+    def __deepcopy__(self, memo):
+        """nn.Module's deep copy, then a packed model's copy (the parallel baseline's second
+        model) is packed as pack_weights does: its weights resident once too. Copying read
+        this model's weights from their file: those pages go back."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        if any(g.is_packed for g in packed_groups(self)):
+            new.pack_weights()
+            reclaim(mappings_of(self.parameters()))
+        return new
 
     def set_action_schedule(self, horizon: int | None = None, denoise_steps: int | None = None) -> None:
         """Change the first expert's chunk horizon or its number of Euler steps (neither is

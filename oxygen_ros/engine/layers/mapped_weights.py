@@ -2,19 +2,27 @@
 loader that assigns those tensors as parameters keeps the mapping) should cost this process
 memory only where the engine reads them.
 
-After packing, the products of the backbone and the vision encoder read oneDNN's blocked
-copies (layers/blocks.Packed, dense=False), so their mapped dense weights are read again
-only if a blocked copy goes stale. `copy_out` copies every other mapped tensor (norms,
-embedding rows looked up each step, unblocked layers) into ordinary memory and, once the
-blocked copies are made, `reclaim` asks the kernel for the mapping's pages (MADV_PAGEOUT): clean pages return to the file and
-fault back in on a later read; pages a write made private cannot be reclaimed without swap
-and simply stay. Linux only; elsewhere, or on an older kernel, nothing changes.
+After packing, every product that runs on oneDNN reads its blocked copy (layers/blocks.Packed,
+dense=False), so the layers' dense weights are read again only by state_dict, copies, or a
+fallback when a blocked copy goes stale. `copy_out` copies every other mapped tensor (norms,
+unblocked layers) into ordinary memory; `move_to_file` puts the blocked layers' weights that
+are in ordinary memory (random placeholders, a checkpoint read into memory) into a private
+mapping of a file of its own, written once and unlinked at once; once the blocked copies are
+made, `reclaim` asks the kernel for the mappings' pages (MADV_PAGEOUT): clean pages return
+to the file and fault back in on a later read (the tied token embedding's rows the decode
+step looks up, a few pages); pages a write made private cannot be reclaimed without swap and
+simply stay. `release_free_memory` gives the heap that the load and the packing freed back.
+Linux (and glibc) only; elsewhere, or on an older kernel, nothing changes.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import tempfile
+from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -68,6 +76,12 @@ def copy_out(model: nn.Module, left_to_file: set[int]) -> list[tuple[int, int]]:
     return sorted(kept)
 
 
+def mappings_of(tensors) -> list[tuple[int, int]]:
+    """The file mappings that hold any of `tensors`."""
+    maps = _file_mappings() if sys.platform.startswith("linux") else []
+    return sorted({where for t in tensors if maps and (where := _mapping_of(t, maps)) is not None})
+
+
 def reclaim(mappings: list[tuple[int, int]]) -> None:
     """Ask the kernel to take back the resident pages of `mappings` (see the module doc)."""
     if not mappings:
@@ -77,3 +91,65 @@ def reclaim(mappings: list[tuple[int, int]]) -> None:
     for start, end in mappings:
         if libc.madvise(start, end - start, MADV_PAGEOUT) != 0:
             return        # an older kernel: the pages stay resident, nothing else changes
+
+
+def spill_dir() -> Path:
+    """Where move_to_file writes: $OXYGEN_CACHE_DIR or ~/.cache/oxygen_ros (as native/ and the
+    smol cache), on disk: a tmpfs would keep the pages in memory."""
+    return Path(os.environ.get("OXYGEN_CACHE_DIR") or Path.home() / ".cache" / "oxygen_ros").expanduser()
+
+
+def move_to_file(model: nn.Module, ids: set[int]) -> list[tuple[int, int]]:
+    """Move every CPU parameter of `model` whose id is in `ids` and that is in ordinary
+    memory into one private (copy-on-write) mapping of a file, written here and unlinked at
+    once (nothing is left on disk). Returns that mapping, for `reclaim`. Call before packing
+    (Packed records the weights' addresses). OXYGEN_WEIGHTS_ON_FILE=0, a platform other than
+    Linux, or a file that cannot be written (the weights stay where they are): []."""
+    if os.environ.get("OXYGEN_WEIGHTS_ON_FILE", "1") == "0" or not sys.platform.startswith("linux"):
+        return []
+    mappings = _file_mappings()
+    params = {id(p): p for m in model.modules() for p in m.parameters(recurse=False)
+              if id(p) in ids and p.device.type == "cpu" and p.numel() and _mapping_of(p, mappings) is None}
+    offsets, size = {}, 0
+    for key, p in params.items():
+        offsets[key] = size
+        size += -(-p.numel() * p.element_size() // 4096) * 4096     # each tensor on its own pages
+    if not params:
+        return []
+    try:
+        data = _write_and_map(params, offsets, size)
+    except OSError:
+        return []
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in list(module.named_parameters(recurse=False)):
+                if id(p) in params:
+                    n = p.numel() * p.element_size()
+                    moved = torch.from_numpy(data[offsets[id(p)]:offsets[id(p)] + n]).view(p.dtype).view(p.shape)
+                    setattr(module, name, nn.Parameter(moved, requires_grad=p.requires_grad))
+    start = data.ctypes.data
+    return [(start, start + size)]
+
+
+def _write_and_map(params: dict, offsets: dict, size: int) -> np.memmap:
+    directory = spill_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(dir=directory, prefix="weights-", suffix=".bin")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for key, p in params.items():
+                f.seek(offsets[key])
+                f.write(p.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+            f.truncate(size)
+        return np.memmap(path, dtype=np.uint8, mode="c", shape=(size,))
+    finally:
+        os.unlink(path)      # the mapping keeps the data until the weights are freed
+
+
+def release_free_memory() -> None:
+    """Give the heap memory glibc keeps after frees back to the kernel (malloc_trim): loading
+    and packing free ~120 MB of temporaries for smol that would otherwise stay resident."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):     # not glibc
+        pass

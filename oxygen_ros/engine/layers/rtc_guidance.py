@@ -1,7 +1,9 @@
 """What every action expert's Real-Time Chunking sampling shares (engine/rtc.py): the
-detached prefix view, dense products for autograd, the guide check and the guided Euler
-loop for heads whose flow time runs 0 -> 1. Each family's sampler sits with its head
-(models/pi05/rtc_sampling.py; XR0Head.sample_guided and PIv3Head.sample_guided in their heads).
+detached prefix view, the guide check and the guided Euler loop for heads whose flow time
+runs 0 -> 1. Each family's sampler sits with its head (models/pi05/rtc_sampling.py;
+XR0Head.sample_guided and PIv3Head.sample_guided in their heads). The backward passes go
+through the packed products as they are (layers/blocks.Packed.matmul differentiates its
+oneDNN-blocked product where autograd needs it), so no dense copy of a weight is kept.
 
 Time convention (pi0.5's expert): flow time t from 1 (noise) to 0 (actions), Euler x <- x + dt v with
 dt = -1/steps, v ~ noise - actions, so the clean estimate is x0_hat = x - t v.
@@ -25,12 +27,9 @@ grad can reach the pool and padding past the prefix (ChunkStep's buckets) is nev
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
 from ..rtc import RTCGuide, guidance_weight
-from .blocks import packed_groups
 
 
 class PrefixCacheView:
@@ -43,21 +42,6 @@ class PrefixCacheView:
 
     def write_and_read(self, k: torch.Tensor, v: torch.Tensor):
         return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
-
-
-@contextmanager
-def dense_products(module):
-    """Hide the oneDNN-blocked weight copies of `module`'s Packed groups: oneDNN's linear has
-    no autograd formula (a backward through it silently yields no gradient), the dense
-    matrix product does. Restored on exit; the expert is not used concurrently."""
-    groups = [(g, g.blocked) for g in packed_groups(module)]
-    try:
-        for g, _ in groups:
-            g.blocked = None
-        yield
-    finally:
-        for g, blocked in groups:
-            g.blocked = blocked
 
 
 def check_guide(guide: RTCGuide, noise: torch.Tensor, head_cfg) -> None:

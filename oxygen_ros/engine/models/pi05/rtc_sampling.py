@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...layers.rtc_guidance import PrefixCacheView, dense_products
+from ...layers.rtc_guidance import PrefixCacheView
 from ...rtc import RTCGuide, guidance_weight
 
 
@@ -34,7 +34,7 @@ def _sample_guided(expert, noise, schedule, rope, caches, guide: RTCGuide) -> to
     rows, cols = min(guide.rows, horizon), guide.prefix.shape[1]
     # the engine samples under inference_mode, whose tensors autograd cannot save: leave
     # it, and clone what the forward multiplies x-dependent values by into normal tensors
-    with torch.inference_mode(False), torch.enable_grad(), dense_products(expert):
+    with torch.inference_mode(False), torch.enable_grad():
         layer_mods = [(norms.clone(), gates.clone()) for norms, gates in layer_mods]
         final_mods = final_mods.clone()
         rope = tuple(r.clone() for r in rope)

@@ -77,7 +77,7 @@ import torch
 from torch import nn
 
 from ...layers.flow_steps import FlowStep
-from ...layers.rtc_guidance import check_guide, dense_products, guided_forward_time
+from ...layers.rtc_guidance import check_guide, guided_forward_time
 from .dit import ActionModel, DiT
 
 # `cfg` below is configuration.PIv3HeadConfig, named in hints only: the config builds this
@@ -278,7 +278,7 @@ class PIv3Head(nn.Module):
         without a graph, since they do not depend on x. One time per chunk: guided only."""
         check_guide(guide, noise, self.cfg)
         steps = self.cfg.denoise_steps
-        with torch.inference_mode(False), torch.enable_grad(), dense_products(self):
+        with torch.inference_mode(False), torch.enable_grad():
             with torch.no_grad():       # outside inference mode: normal tensors autograd may save
                 prepared = self.prepare(layer_hidden)
             buckets = bucket_schedule(steps, self.cfg.timestep_buckets)

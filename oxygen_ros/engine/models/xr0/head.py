@@ -71,7 +71,7 @@ from torch import nn
 from ...layers.decoder import CacheView
 from ...layers.blocks import GatedMLP, RMSNorm, apply_rope, grouped_attention
 from ...layers.flow_steps import FlowStep
-from ...layers.rtc_guidance import PrefixCacheView, check_guide, dense_products, guided_forward_time
+from ...layers.rtc_guidance import PrefixCacheView, check_guide, guided_forward_time
 
 # `cfg` below is configuration.XR0HeadConfig, named in hints only: the config builds this
 # head (XR0HeadConfig.build), so importing it back would be a circle.
@@ -328,7 +328,7 @@ class XR0Head(nn.Module):
         first = self.first_backbone_layer(len(pool.k))
         caches = [PrefixCacheView(pool.k[first + i], pool.v[first + i], slot, prefix_len)
                   for i in range(self.cfg.depth)]
-        with torch.inference_mode(False), torch.enable_grad(), dense_products(self):
+        with torch.inference_mode(False), torch.enable_grad():
             dev, dtype = noise.device, noise.dtype
             rope = tuple(r.clone() for r in rope_tables(self.token_positions(prefix_next_position, horizon, dev),
                                                           self.cfg.head_dim, self.cfg.rope_theta, dtype))
