@@ -125,7 +125,7 @@ def test_bad_camera_images_are_clear_errors():
 def multi_expert_model(extra):
     import dataclasses
 
-    from oxygen_ros.engine.models.qwen3vl.modeling import ExtraExpert
+    from oxygen_ros.engine.models.qwen3vl.configuration import ExtraExpert
 
     cfg = dataclasses.replace(get_config("qwen3vl-tiny"), name="qwen3vl-tiny-multi",
                               extra_experts=tuple(ExtraExpert(n, c) for n, c in extra))

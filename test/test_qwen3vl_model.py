@@ -32,8 +32,9 @@ try:
 except ImportError:      # pragma: no cover - older transformers
     pytest.skip("this transformers has no Qwen2VLImageProcessorPil", allow_module_level=True)
 
-from oxygen_ros.engine.models.qwen3vl.modeling import (Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA,  # noqa: E402
-                                                 SpecialIds)
+from oxygen_ros.engine.models.qwen3vl.configuration import (Qwen3VLModelConfig, Qwen3VLVision,  # noqa: E402
+                                                      SpecialIds)
+from oxygen_ros.engine.models.qwen3vl.modeling import Qwen3VLVLA  # noqa: E402
 from oxygen_ros.engine.models.xr0.configuration import XR0HeadConfig  # noqa: E402
 from oxygen_ros.engine.models.xr0.head import build_random  # noqa: E402
 from oxygen_ros.engine.models.qwen3vl.image_processing import Qwen3VLImageSettings, qwen3vl_pixels  # noqa: E402

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from oxygen_ros.engine.layers.blocks import packed_groups
-from oxygen_ros.engine.models.qwen3vl.vision import (Qwen3VLVisionConfig, Qwen3VLVisionEncoder,
-                                                     hf_vision_state_dict_to_ours)
+from oxygen_ros.engine.models.qwen3vl.configuration import Qwen3VLVisionConfig
+from oxygen_ros.engine.models.qwen3vl.vision import Qwen3VLVisionEncoder, hf_vision_state_dict_to_ours
 from oxygen_ros.engine.policy_io.errors import PolicyIOError
 from oxygen_ros.engine.models.qwen3vl.image_processing import (Qwen3VLImageSettings, image_token_count,
                                                          qwen3vl_pixels, smart_resize,

@@ -119,7 +119,7 @@ class EngineBase:
         return torch.as_tensor(noise, dtype=torch.float32).reshape(e.horizon, e.action_dim)
 
     def extra_experts(self) -> tuple:
-        """The model's further action experts (models/qwen3vl/modeling.ExtraExpert), after its first."""
+        """The model's further action experts (models/qwen3vl/configuration.ExtraExpert), after its first."""
         return self.model.cfg.extra_experts
 
     def expert_noise(self, expert, given: dict | None) -> torch.Tensor:

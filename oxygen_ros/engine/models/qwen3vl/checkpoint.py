@@ -49,13 +49,14 @@ import torch
 from ...config import parse_dtype
 from ...layers.decoder import Decoder
 from ...state_checks import WeightMismatchError, check_state, short_list
-from .configuration import text_config_from_hf
+from .configuration import (Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVisionConfig, SpecialIds,
+                            text_config_from_hf)
 from .errors import Qwen3VLCheckpointError
 from .image_processing import Qwen3VLImageSettings
-from .modeling import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
+from .modeling import Qwen3VLVLA
 from .safetensors_files import element_count, tensor_table
 from .tokenizer import Qwen3VLTokenizer
-from .vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
+from .vision import Qwen3VLVisionEncoder
 
 TEXT_PREFIX = "model.language_model."
 HEAD_NAME = "lm_head.weight"

@@ -1,13 +1,179 @@
-"""The Qwen3-VL backbone's configs: its text decoder from a transformers config.json, the
-released vocabulary's special ids, and the backbone sizes the Qwen3-VL VLAs share (the
-4B model, and a CPU-size one for benchmarks). A backbone knows no action head: the
-profiles live with their heads (models/xr0, models/starvla, models/qwen3vl_multi)."""
+"""The Qwen3-VL backbone's configs: its vision encoder's (Qwen3VLVisionConfig, from a
+transformers config.json's vision_config) and a profile's vision side (Qwen3VLVision), the
+model's (Qwen3VLModelConfig, with its special ids and further experts), its text decoder
+from a transformers config.json, the released vocabulary's special ids, and the backbone
+sizes the Qwen3-VL VLAs share (the 4B model, and a CPU-size one for benchmarks). The
+modules they configure (vision.py, modeling.py) import them from here, never the other way.
+A backbone knows no action head: the profiles live with their heads (models/xr0,
+models/starvla, models/qwen3vl_multi)."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field, fields, replace
+
+import torch.nn.functional as F
+
 from ...config import DecoderConfig
-from .image_processing import Qwen3VLImageSettings
-from .modeling import Qwen3VLVision, SpecialIds
-from .vision import Qwen3VLVisionConfig
+from .image_processing import Qwen3VLImageSettings, image_token_count, smart_resize
+
+# transformers' Qwen3VLVisionConfig defaults, used for keys a config.json leaves out
+_HF_DEFAULTS = dict(depth=27, hidden_size=1152, hidden_act="gelu_pytorch_tanh", intermediate_size=4304,
+                    num_heads=16, in_channels=3, patch_size=16, spatial_merge_size=2,
+                    temporal_patch_size=2, out_hidden_size=3584, num_position_embeddings=2304,
+                    deepstack_visual_indexes=(8, 16, 24))
+
+# transformers ACT2FN names -> (F.gelu approximate mode) or silu
+_TANH_GELU = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast")
+
+
+@dataclass(frozen=True)
+class Qwen3VLVisionConfig:
+    depth: int
+    hidden_size: int
+    num_heads: int
+    intermediate_size: int
+    out_hidden_size: int
+    num_position_embeddings: int
+    deepstack_visual_indexes: tuple[int, ...]
+    hidden_act: str = "gelu_pytorch_tanh"
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    spatial_merge_size: int = 2
+    in_channels: int = 3
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6          # fixed in transformers' modules, not in config.json
+
+    def __post_init__(self):
+        object.__setattr__(self, "deepstack_visual_indexes", tuple(int(i) for i in self.deepstack_visual_indexes))
+        for name in ("depth", "hidden_size", "num_heads", "intermediate_size", "out_hidden_size",
+                     "num_position_embeddings", "patch_size", "temporal_patch_size",
+                     "spatial_merge_size", "in_channels"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Qwen3-VL vision config: {name} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"Qwen3-VL vision config: hidden_size {self.hidden_size} is not a multiple "
+                             f"of num_heads {self.num_heads}")
+        if self.head_dim % 4:
+            raise ValueError(f"Qwen3-VL vision config: head_dim {self.head_dim} must be a multiple of 4 "
+                             "(2-D rotary over rows and columns)")
+        side = math.isqrt(self.num_position_embeddings)
+        if side * side != self.num_position_embeddings:
+            raise ValueError(f"Qwen3-VL vision config: num_position_embeddings {self.num_position_embeddings} "
+                             "is not a square (the learned positions form a square grid)")
+        bad = [i for i in self.deepstack_visual_indexes if not 0 <= i < self.depth]
+        if bad or len(set(self.deepstack_visual_indexes)) != len(self.deepstack_visual_indexes):
+            raise ValueError(f"Qwen3-VL vision config: deepstack_visual_indexes {list(self.deepstack_visual_indexes)} "
+                             f"must be distinct layer indexes in [0, {self.depth})")
+        _activation(self.hidden_act)     # raises for an unknown name
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+
+    @property
+    def position_grid_side(self) -> int:
+        return math.isqrt(self.num_position_embeddings)
+
+    @classmethod
+    def from_hf_dict(cls, d: dict) -> "Qwen3VLVisionConfig":
+        """From a transformers config.json's `vision_config` dict (the whole config.json is
+        accepted too); keys it leaves out take transformers' defaults."""
+        if "vision_config" in d:
+            d = d["vision_config"]
+        values = {k: d.get(k, v) for k, v in _HF_DEFAULTS.items()}
+        for k in ("patch_size", "temporal_patch_size"):
+            if isinstance(values[k], (list, tuple)):
+                if len(set(values[k])) != 1:
+                    raise ValueError(f"Qwen3-VL vision config: non-square {k} {values[k]} is not supported")
+                values[k] = values[k][0]
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        if rope.get("rope_type", rope.get("type", "axial")) not in ("axial", "default"):
+            raise ValueError(f"Qwen3-VL vision config: rope type {rope.get('rope_type')!r} is not supported")
+        theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known}, rope_theta=float(theta))
+
+
+def _activation(name: str):
+    if name in _TANH_GELU:
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "gelu":
+        return F.gelu
+    if name == "silu":
+        return F.silu
+    raise ValueError(f"Qwen3-VL vision config: unsupported hidden_act {name!r}")
+
+
+@dataclass(frozen=True)
+class Qwen3VLVision:
+    """The vision side of a profile: the encoder, the image processing, and the square
+    camera frame size the profile expects (the node's and the bench's synthetic frames;
+    real cameras may send any size, each becomes its own token grid)."""
+    encoder: Qwen3VLVisionConfig
+    images: Qwen3VLImageSettings = field(default_factory=Qwen3VLImageSettings)
+    image_size: int = 224
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Tokens an image_size x image_size frame becomes (slot sizing)."""
+        h, w = smart_resize(self.image_size, self.image_size, self.images.factor,
+                            self.images.min_pixels, self.images.max_pixels)
+        return image_token_count([[1, h // self.images.patch_size, w // self.images.patch_size]],
+                                 self.images.merge_size)[0]
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """ChatML and image token ids (from the checkpoint's config and tokenizer)."""
+    im_start: int
+    im_end: int
+    vision_start: int
+    vision_end: int
+    image_pad: int
+
+
+@dataclass(frozen=True)
+class ExtraExpert:
+    """A further action expert on the shared prefix: its name (its chunks' key in the
+    engine's results) and its config (XR0HeadConfig, or a hidden-state reader's)."""
+    name: str
+    cfg: object
+
+
+@dataclass(frozen=True)
+class Qwen3VLModelConfig:
+    name: str
+    vision: Qwen3VLVision
+    backbone: DecoderConfig
+    expert: object                  # the first action head's config (XR-0's, StarVLA's); None: language only
+    special: SpecialIds
+    camera_slots: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+    prefix_attention: str = "causal"
+    max_prompt_tokens: int = 200
+    seed: int = 0
+    extra_experts: tuple[ExtraExpert, ...] = ()
+    request_turn: str = "continue"   # "continue" the prefix's user turn | "new" user turn
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def reads_hidden_states(self) -> bool:
+        return reads_hidden(self.expert) or any(reads_hidden(e.cfg) for e in self.extra_experts)
+
+    def with_expert(self, **kw) -> "Qwen3VLModelConfig":
+        if self.expert is None:
+            raise ValueError(f"{self.name} has no action head (a language-only model)")
+        return replace(self, expert=replace(self.expert, **kw))
+
+
+def reads_hidden(expert_cfg) -> bool:
+    """Whether an expert reads the prefix's hidden states (else its K/V)."""
+    return getattr(expert_cfg, "reads", "kv") == "hidden_states"
+
 
 # the released vocabulary's ids (QWEN3VL_VLA_FACTS.md); a checkpoint's own files override
 QWEN_SPECIAL = SpecialIds(im_start=151644, im_end=151645, vision_start=151652, vision_end=151653,

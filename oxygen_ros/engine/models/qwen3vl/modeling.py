@@ -27,7 +27,7 @@ runs eagerly (`supports_graphs` False).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,74 +36,14 @@ from torch import nn
 from ...config import DecoderConfig
 from ...kv_pool import KVPool
 from ...observation.observation import ObservationError
-from .image_processing import Qwen3VLImageSettings, image_token_count, qwen3vl_pixels, smart_resize
+from .image_processing import image_token_count, qwen3vl_pixels
 from ...transfer import to_device
 from ...layers.decoder import Decoder
 from ...layers.engine_model import EngineModel
 from ...layers.mrope import rope_index, text_positions
 from ...layers.random_init import init_random
-from .vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
-
-
-@dataclass(frozen=True)
-class Qwen3VLVision:
-    """The vision side of a profile: the encoder, the image processing, and the square
-    camera frame size the profile expects (the node's and the bench's synthetic frames;
-    real cameras may send any size, each becomes its own token grid)."""
-    encoder: Qwen3VLVisionConfig
-    images: Qwen3VLImageSettings = field(default_factory=Qwen3VLImageSettings)
-    image_size: int = 224
-
-    @property
-    def tokens_per_image(self) -> int:
-        """Tokens an image_size x image_size frame becomes (slot sizing)."""
-        h, w = smart_resize(self.image_size, self.image_size, self.images.factor,
-                            self.images.min_pixels, self.images.max_pixels)
-        return image_token_count([[1, h // self.images.patch_size, w // self.images.patch_size]],
-                                 self.images.merge_size)[0]
-
-
-@dataclass(frozen=True)
-class SpecialIds:
-    """ChatML and image token ids (from the checkpoint's config and tokenizer)."""
-    im_start: int
-    im_end: int
-    vision_start: int
-    vision_end: int
-    image_pad: int
-
-
-@dataclass(frozen=True)
-class ExtraExpert:
-    """A further action expert on the shared prefix: its name (its chunks' key in the
-    engine's results) and its config (XR0HeadConfig, or a hidden-state reader's)."""
-    name: str
-    cfg: object
-
-
-@dataclass(frozen=True)
-class Qwen3VLModelConfig:
-    name: str
-    vision: Qwen3VLVision
-    backbone: DecoderConfig
-    expert: object                  # the first action head's config (XR-0's, StarVLA's); None: language only
-    special: SpecialIds
-    camera_slots: tuple[str, ...] = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
-    prefix_attention: str = "causal"
-    max_prompt_tokens: int = 200
-    seed: int = 0
-    extra_experts: tuple[ExtraExpert, ...] = ()
-    request_turn: str = "continue"   # "continue" the prefix's user turn | "new" user turn
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
-
-    @property
-    def reads_hidden_states(self) -> bool:
-        return reads_hidden(self.expert) or any(reads_hidden(e.cfg) for e in self.extra_experts)
-
-    def with_expert(self, **kw) -> "Qwen3VLModelConfig":
-        if self.expert is None:
-            raise ValueError(f"{self.name} has no action head (a language-only model)")
-        return replace(self, expert=replace(self.expert, **kw))
+from .configuration import Qwen3VLModelConfig, reads_hidden
+from .vision import Qwen3VLVisionEncoder
 
 
 @dataclass
@@ -328,11 +268,6 @@ class Qwen3VLVLA(EngineModel):
         mask.masked_fill_(hidden_pos[:, None, None, :], float("-inf"))
         positions = text_positions(lengths, 1, pool.offsets[rows])
         return self.backbone(self.backbone.embed(ids[:, None]), positions, pool, rows, lengths, read_len, mask)
-
-
-def reads_hidden(expert_cfg) -> bool:
-    """Whether an expert reads the prefix's hidden states (else its K/V)."""
-    return getattr(expert_cfg, "reads", "kv") == "hidden_states"
 
 
 def build_expert(expert_cfg, bb: DecoderConfig) -> nn.Module:

@@ -34,108 +34,15 @@ config's (gelu_pytorch_tanh in the released checkpoints); the mergers use exact 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...layers.blocks import Packed, apply_rope
+from .configuration import _TANH_GELU, Qwen3VLVisionConfig, _activation
 
 HF_VISUAL_PREFIX = "model.visual."
-
-# transformers' Qwen3VLVisionConfig defaults, used for keys a config.json leaves out
-_HF_DEFAULTS = dict(depth=27, hidden_size=1152, hidden_act="gelu_pytorch_tanh", intermediate_size=4304,
-                    num_heads=16, in_channels=3, patch_size=16, spatial_merge_size=2,
-                    temporal_patch_size=2, out_hidden_size=3584, num_position_embeddings=2304,
-                    deepstack_visual_indexes=(8, 16, 24))
-
-# transformers ACT2FN names -> (F.gelu approximate mode) or silu
-_TANH_GELU = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast")
-
-
-@dataclass(frozen=True)
-class Qwen3VLVisionConfig:
-    depth: int
-    hidden_size: int
-    num_heads: int
-    intermediate_size: int
-    out_hidden_size: int
-    num_position_embeddings: int
-    deepstack_visual_indexes: tuple[int, ...]
-    hidden_act: str = "gelu_pytorch_tanh"
-    patch_size: int = 16
-    temporal_patch_size: int = 2
-    spatial_merge_size: int = 2
-    in_channels: int = 3
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-6          # fixed in transformers' modules, not in config.json
-
-    def __post_init__(self):
-        object.__setattr__(self, "deepstack_visual_indexes", tuple(int(i) for i in self.deepstack_visual_indexes))
-        for name in ("depth", "hidden_size", "num_heads", "intermediate_size", "out_hidden_size",
-                     "num_position_embeddings", "patch_size", "temporal_patch_size",
-                     "spatial_merge_size", "in_channels"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Qwen3-VL vision config: {name} must be a positive int, got {value!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"Qwen3-VL vision config: hidden_size {self.hidden_size} is not a multiple "
-                             f"of num_heads {self.num_heads}")
-        if self.head_dim % 4:
-            raise ValueError(f"Qwen3-VL vision config: head_dim {self.head_dim} must be a multiple of 4 "
-                             "(2-D rotary over rows and columns)")
-        side = math.isqrt(self.num_position_embeddings)
-        if side * side != self.num_position_embeddings:
-            raise ValueError(f"Qwen3-VL vision config: num_position_embeddings {self.num_position_embeddings} "
-                             "is not a square (the learned positions form a square grid)")
-        bad = [i for i in self.deepstack_visual_indexes if not 0 <= i < self.depth]
-        if bad or len(set(self.deepstack_visual_indexes)) != len(self.deepstack_visual_indexes):
-            raise ValueError(f"Qwen3-VL vision config: deepstack_visual_indexes {list(self.deepstack_visual_indexes)} "
-                             f"must be distinct layer indexes in [0, {self.depth})")
-        _activation(self.hidden_act)     # raises for an unknown name
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
-
-    @property
-    def position_grid_side(self) -> int:
-        return math.isqrt(self.num_position_embeddings)
-
-    @classmethod
-    def from_hf_dict(cls, d: dict) -> "Qwen3VLVisionConfig":
-        """From a transformers config.json's `vision_config` dict (the whole config.json is
-        accepted too); keys it leaves out take transformers' defaults."""
-        if "vision_config" in d:
-            d = d["vision_config"]
-        values = {k: d.get(k, v) for k, v in _HF_DEFAULTS.items()}
-        for k in ("patch_size", "temporal_patch_size"):
-            if isinstance(values[k], (list, tuple)):
-                if len(set(values[k])) != 1:
-                    raise ValueError(f"Qwen3-VL vision config: non-square {k} {values[k]} is not supported")
-                values[k] = values[k][0]
-        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-        if rope.get("rope_type", rope.get("type", "axial")) not in ("axial", "default"):
-            raise ValueError(f"Qwen3-VL vision config: rope type {rope.get('rope_type')!r} is not supported")
-        theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known}, rope_theta=float(theta))
-
-
-def _activation(name: str):
-    if name in _TANH_GELU:
-        return lambda x: F.gelu(x, approximate="tanh")
-    if name == "gelu":
-        return F.gelu
-    if name == "silu":
-        return F.silu
-    raise ValueError(f"Qwen3-VL vision config: unsupported hidden_act {name!r}")
-
 
 def hf_vision_state_dict_to_ours(sd: dict, prefix: str = HF_VISUAL_PREFIX) -> dict:
     """The vision tensors of a transformers Qwen3-VL state dict / checkpoint, named for

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..qwen3vl.modeling import ExtraExpert
+from ..qwen3vl.configuration import ExtraExpert
 from ..starvla.configuration import PIv3HeadConfig
 from ..xr0.configuration import QWEN3VL_TINY, XR0_CPU, XR0HeadConfig
 

@@ -271,7 +271,8 @@ def load_starvla(path, base_vlm: str | None = None, dtype: str = "float32", devi
 
     from ...config import parse_dtype
     from .configuration import PIv3HeadConfig
-    from ..qwen3vl.modeling import Qwen3VLModelConfig, Qwen3VLVision, Qwen3VLVLA, SpecialIds
+    from ..qwen3vl.configuration import Qwen3VLModelConfig, Qwen3VLVision, SpecialIds
+    from ..qwen3vl.modeling import Qwen3VLVLA
     from ..qwen3vl.image_processing import Qwen3VLImageSettings
     from ..qwen3vl.tokenizer import Qwen3VLTokenizer
 

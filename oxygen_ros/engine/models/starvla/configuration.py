@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...layers.dict_config import DictConfig, check_fields
-from ..qwen3vl.configuration import QWEN_SPECIAL, TEXT_4B, TEXT_CPU, VISION_4B, VISION_CPU
-from ..qwen3vl.modeling import Qwen3VLModelConfig
+from ..qwen3vl.configuration import QWEN_SPECIAL, TEXT_4B, TEXT_CPU, VISION_4B, VISION_CPU, Qwen3VLModelConfig
 from .head import PIv3Head
 
 STATE_MODES = ("text", "encoder")

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from ...layers.dict_config import DictConfig, check_fields
 from ..qwen3vl.configuration import (QWEN_SPECIAL, SPECIAL_TINY, TEXT_4B, TEXT_CPU, TEXT_TINY, VISION_4B,
-                                     VISION_CPU, VISION_TINY)
-from ..qwen3vl.modeling import Qwen3VLModelConfig
+                                     VISION_CPU, VISION_TINY, Qwen3VLModelConfig)
 from .head import XR0Head
 
 MASK_MODES = ("causal", "train_window")
