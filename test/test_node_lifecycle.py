@@ -78,6 +78,9 @@ def change_locked(namespace, *, deadline):
         d.wait_until(lambda: any(i.node_name == "oxygen_recorder" for i in
                                  d.node.get_subscriptions_info_by_topic("/parameter_events")),
                      10.0, "the recorder's /parameter_events subscription")
+        # seen from here is not yet matched by the node's publisher: under load the match came
+        # after both sets once (a CI run's bag held no change); give discovery a moment
+        time.sleep(1.5)
         out["instruction"] = d.set_param("instruction", "throw the cube away")        # not allowed, live
         out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # not allowed, configure-time
         out["action_limits"] = d.set_param("action_upper_limits", [100.0] * 8)       # not allowed, unset before
