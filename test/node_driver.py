@@ -65,6 +65,7 @@ class Driver:
             cameras = [(t, Image, img) for t, img in zip(CAMERA_TOPICS, self.good_images)]
         self.good_images = [img for _, _, img in cameras]
         self._Image, self._JointState = Image, JointState
+        self.stamp = None        # a builtin_interfaces Time: every input stamped with it (a paused sim)
         self.image_pubs = [node.create_publisher(kind, f"{namespace}/{t}", qos_profile_sensor_data)
                            for t, kind, _ in cameras]
         self.joint_pub = node.create_publisher(JointState, f"{namespace}/joint_states",
@@ -114,8 +115,11 @@ class Driver:
         self.rclpy.try_shutdown()
 
     # -- the robot -----------------------------------------------------------------------
+    def _stamp(self):
+        return self.stamp if self.stamp is not None else self.node.get_clock().now().to_msg()
+
     def _publish_images(self):
-        stamp = self.node.get_clock().now().to_msg()
+        stamp = self._stamp()
         for i, pub in enumerate(self.image_pubs):
             mode = self.mode[i]
             if mode == "off":
@@ -154,7 +158,7 @@ class Driver:
         elif mode == "missing":
             names, pos = names[1:], pos[1:]       # no gripper
         msg = self._JointState(name=names, position=pos)
-        msg.header.stamp = self.node.get_clock().now().to_msg()
+        msg.header.stamp = self._stamp()
         self.joint_pub.publish(msg)
 
     def _on_diagnostics(self, arr):

@@ -132,6 +132,40 @@ def clock_jump_run(namespace, *, deadline):
         d.close()
 
 
+def late_clock_run(namespace, *, deadline):
+    """A lock-step sim's first observation: every input stamped 1000 s, the node on sim time
+    before any /clock (its clock reads 0, so the chunk it computes is stamped at its tick, not
+    at the observation); after 2 s /clock arrives at 1000 s and stands still, as a lock-step
+    sim's clock does until it gets the chunk stamped 1000 s."""
+    from builtin_interfaces.msg import Time
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    from node_driver import Driver
+
+    d = Driver(namespace)          # its timers on the wall clock; its inputs' stamps fixed:
+    d.stamp = Time(sec=1000)
+    pub = d.node.create_publisher(Clock, "/clock", QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+    clock = {"on": False}
+    d.node.create_timer(0.1, lambda: clock["on"] and pub.publish(Clock(clock=Time(sec=1000))))
+
+    def stamps(since=0.0):
+        return [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for t, m in list(d.chunks) if t >= since]
+    try:
+        d.wait_until(lambda: d.chunks, 30.0, "a chunk before /clock")
+        time.sleep(0.5)
+        before = stamps()
+        clock["on"] = True
+        t_clock = time.monotonic()
+        try:
+            d.wait_until(lambda: 1000.0 in stamps(t_clock), 10.0, "a chunk stamped at the observation, 1000 s")
+        except TimeoutError:
+            pass
+        return {"before": before, "after": stamps(t_clock)}
+    finally:
+        d.close()
+
+
 # ----------------------------------------------------------------- tests
 
 @pytest.mark.ros
@@ -200,6 +234,23 @@ def test_ros_time_jumping_back_is_reported_and_chunks_continue(start_node):
     assert node.alive()
 
 
+@pytest.mark.ros
+def test_a_chunk_stamped_off_its_observation_does_not_use_the_observation_up(start_node):
+    """new_observations_only (oxygen eval's lock-step sims): the observation counts as acted
+    on only once a chunk carrying its stamp went out. A node on sim time that sees a
+    lock-step sim's first observation before its first /clock stamps that chunk at its tick
+    (0 s); the sim ignores it and waits, its clock standing still, for the chunk stamped at
+    the observation. Before, the node took the observation as used and never acted on it
+    again: the episode stood at sim time 0 until the wall-time limit (a flaky test_eval)."""
+    node = start_node(autostart=True, use_sim_time=True, new_observations_only=True)
+    r = run_peers(__file__, {"driver": ["late_clock_run", node.namespace]}, timeout=90)["driver"]
+    assert r["before"] and 1000.0 not in r["before"], r        # restamped at the tick: clock 0
+    assert 1000.0 in r["after"], r
+    assert r["after"].count(1000.0) == 1, r                    # and once only: the clock stands still
+    assert "stamped at the tick instead" in node.log()
+    assert node.alive()
+
+
 if __name__ == "__main__":
     run_as_peer({"inactive_run": inactive_run, "stale_and_bad_inputs_run": stale_and_bad_inputs_run,
-                 "clock_jump_run": clock_jump_run})
+                 "clock_jump_run": clock_jump_run, "late_clock_run": late_clock_run})

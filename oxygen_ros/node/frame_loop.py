@@ -168,11 +168,13 @@ class FrameLoop:
             for name, chunk in chunks.items():
                 f = frames[name]
                 try:
-                    sent[name] = self._publish[name].chunk(chunk, f.state, now, tick_mono, f.obs_stamp_ns, f.live)
+                    sent[name], on_stamp = self._publish[name].chunk(chunk, f.state, now, tick_mono,
+                                                                     f.obs_stamp_ns, f.live)
                 except Exception as e:  # noqa: BLE001 - this robot's chunk is lost, the next robots' are not
                     self._publish[name].fault("the action chunk", e, chunk_lost=True)
                     continue
-                self._acted_stamp[name] = f.obs_stamp_ns
+                if on_stamp:
+                    self._acted_stamp[name] = f.obs_stamp_ns
                 # on the engine's frame clock (as total_ms): when the chunk was ready + publishing it
                 sent[name]["chunk_ms"] = chunk.timings_ms["chunk"] + (time.perf_counter() - acted) * 1e3
         finally:

@@ -26,9 +26,11 @@ class FramePublisher:
         self._rt, self._pubs, self._clock, self._log = rt, pubs, clock, log
         self._memory_log_size, self._decode_budget = memory_log_size, decode_budget
 
-    def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> dict:
+    def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> tuple[dict, bool]:
         """Publish the action chunk now, stamped at its observation's time; returns the
-        figures FrameTiming carries."""
+        figures FrameTiming carries, and whether a chunk carrying the observation's stamp
+        went out (not when it was restamped or expired: new_observations_only may act on that
+        observation again, as a lock-step sim waits for exactly that stamp)."""
         rt, log = self._rt, self._log
         actions = rt.policy.actions(chunk.actions, state)[: live["chunk_points"] or None]
         positions, clipped = rt.action_joints.clip(actions)
@@ -62,7 +64,8 @@ class FramePublisher:
                     trajectory_msg(expert.joints.names, own, None if restamped else obs_stamp_ns))
                 expert.rtc.published(own.stamp_s, positions, max(0.0, now_s - obs_s))
         return {"chunk_latency_ms": (publish_now.nanoseconds / 1e9 - obs_s) * 1e3,
-                "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}
+                "points_dropped": planned.dropped, "rtc_delay_steps": rtime.rtc.last_delay}, \
+            not (restamped or expired)
 
     def fault(self, what: str, e: Exception, chunk_lost: bool = False) -> None:
         """An exception in this robot's policy I/O or publishing: counted (`robot_faults` in
