@@ -96,7 +96,8 @@ SPECS = [
     Spec("new_observations_only", False, "live",
          "Act only on inputs newer than the last frame's: a tick whose inputs carry the stamps the "
          "last chunk came from makes no chunk ('no new observation'), as a lock-step sim (oxygen "
-         "eval --clock sim) or a paused bag needs. false: every tick acts on the latest inputs."),
+         "eval --clock sim) or a paused bag needs; a chunk restamped (clock jump, stamp off the clock) or "
+         "expired does not count. false: every tick acts on the latest inputs."),
     Spec("instruction", "pick up the cube", "live", "Task instruction in the model's prefix."),
     # -- robot interface -------------------------------------------------------------------
     Spec("camera_topics", ["camera/base/image_raw"], "configure",
