@@ -21,7 +21,7 @@ A shard out/demos/episode_<seed>.npz (np.savez_compressed) holds, for T frames:
   grasp_contact   bool [T]          the cube touches both fingers
   phase           int8 [T]          index into phase_names (the expert's phase of the task)
   place           int8 [T]          index into place_names (tools/cube_place.py: table, gripper, bowl)
-  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), phase_names, place_names, joint_names, format_version
+  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), start_offset_m (0: READY), phase_names, place_names, joint_names, format_version
 Seeds already recorded are skipped, so a stopped run resumes.
 """
 import argparse
@@ -41,11 +41,13 @@ def seed_range(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
-def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0) -> tuple[dict, bool]:
+def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0, start_offset_m: float = 0.0) -> tuple[dict, bool]:
     """One episode's arrays (the shard's keys) and its success; perturb_rad > 0: DART-style
     offsets of that size on the executed chunks (scripted_expert.Perturbation, seeded by the
-    episode's seed), the recorded chunks the plan's."""
-    from oxygen_ros.tools import cube_place, scripted_expert as se
+    episode's seed), the recorded chunks the plan's; start_offset_m > 0: the arm starts with
+    its gripper moved from READY's by up to that much in x and y and half of it in z
+    (uniform, seeded by the episode's seed), pointing down."""
+    from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
 
     rows = {k: [] for k in ("time_s", "joint_position", "joint_velocity", "action_chunk", "cube_pose",
                             "bowl_pose", "gripper_pose", "grasp_contact", "phase", "place")}
@@ -67,7 +69,12 @@ def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0) -> tup
         rows["place"].append(cube_place.PLACES.index(cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0])))
 
     perturb = se.Perturbation(np.random.default_rng([seed, 7]), perturb_rad) if perturb_rad > 0 else None
-    ep = se.rollout(world, seed, on_frame=on_frame, perturb=perturb)
+    placed = start_offset_m > 0
+    if placed:                                   # rollout then plans from where the arm is
+        world.set_layout(ps.layout(seed))
+        offset = np.random.default_rng([seed, 11]).uniform(-1, 1, 3) * start_offset_m * np.array([1, 1, 0.5])
+        world.set_joints(se.start_pose(world.model, offset))
+    ep = se.rollout(world, None if placed else seed, on_frame=on_frame, perturb=perturb)
     out = {f"image_{v}": np.stack(images[v]).astype(np.uint8) for v in VIEWS}
     dtypes = {"time_s": np.float64, "grasp_contact": bool, "phase": np.int8, "place": np.int8}
     out.update({k: np.asarray(v, dtype=dtypes.get(k, np.float32)) for k, v in rows.items()})
@@ -83,6 +90,9 @@ def main() -> int:
     ap.add_argument("--perturb", type=float, default=0.0, metavar="RAD",
                     help="DART-style noise: now and then offset the executed arm joints by about RAD "
                          "(normal) for 0.5 s in the free-space phases, labels stay the plan's (0: off)")
+    ap.add_argument("--start-offset", type=float, default=0.0, metavar="M",
+                    help="start the arm away from READY: the gripper moved up to M in x and y, M/2 in z "
+                         "(uniform, seeded), pointing down (0: from READY)")
     ap.add_argument("--keep-failures", action="store_true",
                     help="also write episodes the expert failed (success=False in the shard)")
     args = ap.parse_args()
@@ -102,7 +112,7 @@ def main() -> int:
     for seed in todo:
         t0 = time.monotonic()
         with PandaWorld() as world:          # fresh physics; its renderers closed at the end
-            arrays, success = record_episode(world, seed, args.image_size, args.perturb)
+            arrays, success = record_episode(world, seed, args.image_size, args.perturb, args.start_offset)
         done += 1
         if not success:
             failed += 1
@@ -110,7 +120,8 @@ def main() -> int:
                 print(f"seed {seed}: the expert failed; not written", flush=True)
                 continue
         meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(se.ACTION_RATE_HZ),
-                "image_size": np.int64(args.image_size), "perturb_rad": np.float64(args.perturb), "phase_names": np.array(se.PHASE_NAMES),
+                "image_size": np.int64(args.image_size), "perturb_rad": np.float64(args.perturb),
+                "start_offset_m": np.float64(args.start_offset), "phase_names": np.array(se.PHASE_NAMES),
                 "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
                 "format_version": np.int64(FORMAT_VERSION)}
         tmp = out / f".episode_{seed}.tmp.npz"

@@ -64,3 +64,21 @@ def test_perturbed_rollout_leaves_the_path_records_the_plan_and_still_succeeds(w
     assert ep.success
     assert all(np.array_equal(c, se.chunk_at(plan, k)) for k, c in enumerate(recorded))
     assert max(off_path) > 0.04        # the arm really left the path (clean: ~0.01 rad of lag)
+
+
+def test_a_start_away_from_ready_points_down_and_the_expert_still_succeeds():
+    """record_demos --start-offset: the gripper moved from READY's by the offset, still
+    pointing down and unturned (the plan starts at rest), and the task still succeeds."""
+    from oxygen_ros.tools.panda_world import PandaWorld
+
+    with PandaWorld() as w:
+        w.set_layout(ps.layout(4))
+        ready_pos, ready_quat = (x.copy() for x in w.frames()["gripper"])
+        offset = np.array([0.15, -0.15, 0.06])
+        w.set_joints(se.start_pose(w.model, offset))
+        pos, quat = w.frames()["gripper"]
+        assert np.abs(pos - ready_pos - offset).max() < 2e-3
+        assert abs(float(np.dot(quat, ready_quat))) > 0.999
+        assert np.abs(w.q[:7] - ps.READY[:7]).max() > 0.1
+        ep = se.rollout(w, None)
+        assert ep.success and ep.grasped

@@ -233,3 +233,63 @@ def test_velocity_on_roomy_kv_equals_copied_kv():
     roomy = lambda: [torch.cat([k, torch.zeros(3, 1, 10, 16)], 2) for k in kv]
     got = velocity(model.expert, model.backbone.rope, x, t, roomy(), roomy(), lengths, span=9)
     assert torch.equal(ref, got)
+
+
+def _demos(seeds, length=12):
+    from oxygen_ros.engine.models.smol_panda.training.data import Demos, Episode
+    demos = Demos.__new__(Demos)
+    z = np.zeros((length, 3), np.float32)
+    demos.episodes = [Episode(seed=s, images={}, state=np.zeros((length, 8), np.float32),
+                              actions=np.zeros((length, 10, 8), np.float32), place=np.zeros(length, np.int8),
+                              grasp=np.zeros(length, bool), cube=z, gripper=z, bowl=z) for s in seeds]
+    demos._index()
+    return demos
+
+
+def _part(directory, frame_index):
+    import json
+    directory.mkdir(parents=True)
+    (directory / "meta.json").write_text(json.dumps({"frames": len(frame_index), "done": len(frame_index),
+                                                     "frame_index": frame_index}))
+    return directory
+
+
+def test_kvcache_adds_every_early_frame_and_the_fresh_episodes_stride(tmp_path):
+    """The first second of every episode is stored whole (the start from READY, where only the
+    image tells where to go, would otherwise be 1 frame in 4 of a few); a rerun stores only
+    what no part holds yet."""
+    from oxygen_ros.engine.models.smol_panda.training.kv_cache import frames_to_add
+    demos = _demos([1001, 1002, 1003])
+    stored = [[1001, t] for t in (1, 5, 9)] + [[1002, t] for t in (0, 4, 8)]
+    part = _part(tmp_path / "train_0", stored)
+    hp = H.Stage2(frame_stride=4, max_frames=100, early_frames=3)
+    picks = frames_to_add(demos, [part], hp)
+    got = {(demos.episodes[e].seed, int(t)) for e, t in demos.frames[picks]}
+    assert not got & {tuple(s) for s in stored}
+    early = {(s, t) for s in (1001, 1002, 1003) for t in range(3)} - {tuple(s) for s in stored}
+    assert early <= got
+    stride = {(1003, t) for t in range(12) if (t + 1003) % 4 == 0}
+    assert got == early | stride
+    # everything stored: nothing more
+    part2 = _part(tmp_path / "train_1", [list(x) for x in sorted(got)])
+    assert len(frames_to_add(demos, [part, part2], hp)) == 0
+    # the cap holds the stride frames back, not the early ones
+    assert {(demos.episodes[e].seed, int(t)) for e, t in
+            demos.frames[frames_to_add(demos, [part], H.Stage2(frame_stride=4, max_frames=6, early_frames=3))]} == early
+
+
+def test_stage2_draws_the_early_frames_at_their_share():
+    from types import SimpleNamespace
+
+    from oxygen_ros.engine.models.smol_panda.training.stage2 import frame_weights
+    parts = [SimpleNamespace(meta={"frame_index": [[1, t] for t in range(0, 40, 4)]}, done=10),
+             SimpleNamespace(meta={"frame_index": [[2, t] for t in range(3)] + [[3, 50]]}, done=4)]
+    w = frame_weights(parts, early_frames=10, early_share=0.25)
+    early = np.concatenate([np.array(p.meta["frame_index"])[:, 1] < 10 for p in parts])
+    w = np.concatenate(w)
+    assert w.sum() == pytest.approx(1.0)
+    assert w[early].sum() == pytest.approx(0.25)
+    assert np.ptp(w[early]) == 0 and np.ptp(w[~early]) == 0
+    # no early frames stored: plain uniform draws
+    only_late = frame_weights([SimpleNamespace(meta={"frame_index": [[1, 50], [1, 60]]}, done=2)], 10, 0.25)
+    assert np.allclose(only_late[0], 0.5)

@@ -76,10 +76,7 @@ class PandaWorld:
         self._pending = 0.0                 # simulated time asked for but not stepped yet
 
         # start at rest in the ready pose (gripper down, open), holding it
-        start = np.clip(ps.READY, self.lower, self.upper)
-        self.data.qpos[self._arm_q] = ps.real_to_kitchen(start[:7])
-        self.data.qpos[self._finger_q] = ps.width_to_fingers(start[7])
-        self.command(start)
+        self.set_joints(ps.READY)
         self.set_layout(layout or ps.DEFAULT_LAYOUT)
 
         # what the cameras draw: no collision geoms (group 3), no sites
@@ -95,6 +92,16 @@ class PandaWorld:
         """Measured positions [8]: 7 real Panda joint angles, then the finger width."""
         arm = ps.kitchen_to_real(self.data.qpos[self._arm_q])
         return np.append(arm, ps.fingers_to_width(self.data.qpos[self._finger_q]))
+
+    def set_joints(self, positions) -> None:
+        """Put the arm at rest at `positions` (real units [8], clipped to the limits), holding it."""
+        start = np.clip(np.asarray(positions, dtype=float), self.lower, self.upper)
+        self.data.qpos[self._arm_q] = ps.real_to_kitchen(start[:7])
+        self.data.qpos[self._finger_q] = ps.width_to_fingers(start[7])
+        self.data.qvel[self._arm_v] = 0.0
+        self.data.qvel[self._finger_v] = 0.0
+        self.command(start)
+        mujoco.mj_forward(self.model, self.data)
 
     def velocities(self) -> np.ndarray:
         """Measured velocities [8]: rad/s of the arm joints, then m/s of the finger width."""

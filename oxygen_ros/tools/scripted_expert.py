@@ -143,6 +143,18 @@ class IK:
         return q, float(np.linalg.norm(target_tcp - self.data.site_xpos[self.site]))
 
 
+def start_pose(model, offset_xyz) -> np.ndarray:
+    """A start away from READY (real units [8], fingers open): the gripper moved by
+    `offset_xyz` (m, world frame) from READY's, still pointing down and unturned, so the plan
+    from it starts at rest like one from READY. Demonstrations from such starts hold states
+    where only the image tells where the cube is (from READY the first move already says)."""
+    ik = IK(model)
+    ik.forward(ik.rest)
+    goal = ik.data.geom_xpos[ik.pads].mean(axis=0) + np.asarray(offset_xyz, float)
+    q, _ = ik.solve(goal, 0.0, ik.rest)
+    return np.append(ps.kitchen_to_real(q), ps.READY[7])
+
+
 def _waypoints(layout: ps.Layout, start):
     """[(phase, seconds, gripper position, yaw, width)]: each phase's end pose."""
     cx, cy = layout.cube_xy

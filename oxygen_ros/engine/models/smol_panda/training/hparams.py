@@ -1,6 +1,6 @@
 """Every hyper-parameter, seed, prompt and caption of the training, in one place.
-A run directory records the values it ran with (run.json); changing them here does not
-change a run in progress (it resumes with its own)."""
+A run directory records the values it started with (run.json); a resumed run trains with
+the values here and logs (log.jsonl, `kind: hparams`) and prints any that differ."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -54,6 +54,8 @@ class Stage2:
     grad_clip: float = 1.0
     frame_stride: int = 4             # every 4th frame of each episode gets its prefix K/V stored
     max_frames: int = 6000            # ~1.9 MB of fp16 K/V a frame: ~11.5 GB on disk (and page cache)
+    early_frames: int = 10            # every frame of each episode's first second is stored (beyond the cap)
+    early_share: float = 0.25         # of each batch drawn from those first seconds: from READY the image alone decides
     val_frames: int = 300             # from the held-out episodes: stage 2's validation
     checkpoint_every: int = 250
     eval_every: int = 500

@@ -151,14 +151,37 @@ def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA
     parts = train_parts(root)
     for part in parts:                         # finish a part a stopped run left
         build_split(root, train_set, None, part, model, tok, io)
-    stored = {tuple(st)[0] for part in parts for st in json.loads((part / "meta.json").read_text())["frame_index"]}
-    have = sum(json.loads((part / "meta.json").read_text())["frames"] for part in parts)
-    new = Demos.__new__(Demos)                 # the episodes no part holds yet
-    new.episodes = [ep for ep in train_set.episodes if ep.seed not in stored]
-    new._index()
-    if not new.episodes or have >= hp.max_frames:
-        print(f"kv: no new episodes to store ({have} frames in {len(parts)} part(s))", flush=True)
+    picks = frames_to_add(train_set, parts, hp)
+    if not len(picks):
+        print(f"kv: nothing new to store ({sum(stored_counts(parts))} frames in {len(parts)} part(s))", flush=True)
         return
-    picks = choose_frames(new, hp.frame_stride, hp.max_frames - have, hp.seed + len(parts))
-    print(f"kv: part train_{len(parts)}: {len(new.episodes)} new episodes, {len(picks)} frames", flush=True)
-    build_split(root, new, picks, kv_root / f"train_{len(parts)}", model, tok, io)
+    print(f"kv: part train_{len(parts)}: {len(picks)} frames of "
+          f"{len({int(train_set.frames[i][0]) for i in picks})} episodes", flush=True)
+    build_split(root, train_set, picks, kv_root / f"train_{len(parts)}", model, tok, io)
+
+
+def stored_counts(parts: list[Path]) -> list[int]:
+    return [json.loads((p / "meta.json").read_text())["frames"] for p in parts]
+
+
+def frames_to_add(train_set: Demos, parts: list[Path], hp: H.Stage2) -> np.ndarray:
+    """Indices into train_set of the frames no part holds yet: every stride-th frame of the
+    episodes no part holds (up to max_frames in all), and every frame of the first
+    `early_frames` of every episode (beyond the cap: at 1 in 4 the one state every episode
+    starts from, where the image alone decides the move, would be under 1% of the frames)."""
+    stored = {tuple(st) for p in parts for st in json.loads((p / "meta.json").read_text())["frame_index"]}
+    stored_seeds = {seed for seed, _ in stored}
+    seed_of = np.array([ep.seed for ep in train_set.episodes], dtype=np.int64)
+    fresh = np.flatnonzero(~np.isin(seed_of[train_set.frames[:, 0]], list(stored_seeds)))
+    picks: list[int] = []
+    room = hp.max_frames - len(stored)
+    if len(fresh) and room > 0:
+        new = Demos.__new__(Demos)             # the episodes no part holds yet
+        kept = sorted({int(e) for e in train_set.frames[fresh, 0]})
+        new.episodes = [train_set.episodes[e] for e in kept]
+        new._index()
+        chosen = choose_frames(new, hp.frame_stride, room, hp.seed + len(parts))
+        picks = [int(fresh[i]) for i in chosen]   # new's frames are train_set's fresh frames, in order
+    early = [i for i, (e, t) in enumerate(train_set.frames)
+             if t < hp.early_frames and (int(seed_of[e]), int(t)) not in stored]
+    return np.array(sorted(set(picks) | set(early)), dtype=np.int64)

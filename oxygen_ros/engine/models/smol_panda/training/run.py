@@ -3,7 +3,8 @@
   state.pt     trainable weights, optimizer, step, RNG (written atomically every N steps)
   log.jsonl    one JSON line per logged step / evaluation
   loss.png     the loss curves (matplotlib), redrawn at each checkpoint
-  run.json     the hyper-parameters the run started with
+  run.json     the hyper-parameters the run started with (a resume with other values says so
+               and logs them: a resumed run trains with hparams.py's values of the day)
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ class Run:
         if not run_json.exists():
             run_json.write_text(json.dumps(hparams, indent=1))
         self.hparams = json.loads(run_json.read_text())
+        now = json.loads(json.dumps(hparams))        # tuples as lists, as run.json holds them
+        if now != self.hparams:
+            print(f"hyper-parameters differ from {run_json}'s: {changes(self.hparams, now)}", flush=True)
+            self.log({"kind": "hparams", "time": time.time(), "hparams": now})
         self.t0, self.step0 = time.time(), 0
 
     @property
@@ -100,6 +105,18 @@ class Run:
         fig.savefig(out, dpi=90)
         plt.close(fig)
         return out
+
+
+def changes(old: dict, new: dict, prefix: str = "") -> str:
+    """'stage2.early_share None -> 0.25, ...' for the keys whose values differ."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.append(changes(a, b, f"{prefix}{k}."))
+        elif a != b:
+            out.append(f"{prefix}{k} {a} -> {b}")
+    return ", ".join(x for x in out if x)
 
 
 def lr_at(step: int, base: float, warmup: int, total: int) -> float:

@@ -26,18 +26,26 @@ def new_expert(cfg=SMOL_PANDA, seed: int = 2):
     return expert
 
 
-def evaluate(expert, rope, store: KVStore, steps: int, n: int = 64) -> dict:
+def evaluate(expert, rope, store: KVStore, steps: int, n: int = 64, early_frames: int = 10) -> dict:
     """Held-out frames: flow loss at fixed noise / times, and the sampled chunk's error
-    (model space, and the first point's) against the demonstration."""
-    idx = np.arange(min(n, store.done))
-    ks, vs, lengths, actions = store.batch(idx)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        fl = flow_loss(expert, rope, actions, ks, vs, lengths, gen).item()
+    (model space, and the first point's) against the demonstration; `val_last_early`: the
+    chunk's last point (1 s ahead), largest joint, on the frames of the episodes' first second."""
+    def sampled(idx):
+        ks, vs, lengths, actions = store.batch(idx)
         noise = torch.randn(actions.shape, generator=torch.Generator().manual_seed(1))
-        pred = sample(expert, rope, noise, ks, vs, lengths, steps)
-    err = (pred - actions).abs()
-    return {"val_flow": fl, "val_mae": err.mean().item(), "val_mae_first": err[:, 0].mean().item()}
+        return ks, vs, lengths, actions, sample(expert, rope, noise, ks, vs, lengths, steps)
+
+    with torch.no_grad():
+        ks, vs, lengths, actions, pred = sampled(np.arange(min(n, store.done)))
+        fl = flow_loss(expert, rope, actions, ks, vs, lengths, torch.Generator().manual_seed(0)).item()
+        err = (pred - actions).abs()
+        out = {"val_flow": fl, "val_mae": err.mean().item(), "val_mae_first": err[:, 0].mean().item()}
+        t = np.array(store.meta["frame_index"], dtype=np.int64).reshape(-1, 2)[:store.done, 1]
+        early = np.flatnonzero(t < early_frames)
+        if len(early):
+            *_, actions, pred = sampled(early)
+            out["val_last_early"] = (pred - actions)[:, -1, :7].abs().amax(-1).mean().item()
+    return out
 
 
 def load_parts(root: Path):
@@ -45,6 +53,17 @@ def load_parts(root: Path):
     by a `kvcache` run counts what it has flushed)."""
     parts = [KVStore(p) for p in train_parts(root)]
     return parts, np.array([p.done for p in parts], dtype=np.float64)
+
+
+def frame_weights(parts: list[KVStore], early_frames: int, early_share: float) -> list[np.ndarray]:
+    """Each stored frame's chance to be drawn, per part: the frames of the episodes' first
+    `early_frames` together get `early_share` of the draws, the others the rest (at the
+    stride's 1 in 4 the start, where only the image tells where to go, is a few % of them)."""
+    early = [np.array(p.meta["frame_index"], dtype=np.int64).reshape(-1, 2)[:p.done, 1] < early_frames for p in parts]
+    n_early = sum(int(e.sum()) for e in early)
+    n_rest = sum(len(e) for e in early) - n_early
+    share = early_share if n_early and n_rest else float(n_early > 0)
+    return [np.where(e, share / max(n_early, 1), (1 - share) / max(n_rest, 1)) for e in early]
 
 
 def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=SMOL_PANDA,
@@ -56,6 +75,7 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
     torch.set_num_threads(hp.threads)
     root = Path(root)
     parts, sizes = load_parts(root)
+    weights = frame_weights(parts, hp.early_frames, hp.early_share)
     val = KVStore(root / "kv" / "val")
     if not sizes.sum():
         raise RuntimeError(f"no stored prefix K/V under {root / 'kv'}: run `train_panda.py kvcache` first")
@@ -81,8 +101,11 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
         for g in opt.param_groups:
             g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
         t0 = time.time()
-        part = parts[gen.choice(len(parts), p=sizes / sizes.sum())]     # a batch from one part (one max_len)
-        ks, vs, lengths, actions = part.batch(gen.integers(0, part.done, hp.batch), extra=cfg.expert.horizon)
+        mass = np.array([w.sum() for w in weights])
+        k = gen.choice(len(parts), p=mass / mass.sum())                 # a batch from one part (one max_len)
+        part = parts[k]
+        ks, vs, lengths, actions = part.batch(gen.choice(part.done, hp.batch, p=weights[k] / mass[k]),
+                                              extra=cfg.expert.horizon)
         t_data = time.time() - t0
         loss = flow_loss(expert, rope, actions, ks, vs, lengths, tgen, hp.time_beta, span=part.meta["shape"][3])
         opt.zero_grad(set_to_none=True)
@@ -101,10 +124,11 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
             fresh, fresh_sizes = load_parts(root)
             if fresh_sizes.sum() > sizes.sum():
                 parts, sizes = fresh, fresh_sizes
+                weights = frame_weights(parts, hp.early_frames, hp.early_share)
                 print(f"  now {int(sizes.sum())} frames in {len(parts)} part(s)", flush=True)
         if (step % hp.eval_every == 0 or step == stop) and val.done:
             expert.eval()
-            ev = evaluate(expert, rope, val, cfg.expert.denoise_steps)
+            ev = evaluate(expert, rope, val, cfg.expert.denoise_steps, early_frames=hp.early_frames)
             expert.train()
             run.log({"kind": "eval", "step": step, "time": time.time(), **ev})
             print(f"  eval @ {step}: {ev}", flush=True)
