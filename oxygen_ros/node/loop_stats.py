@@ -33,11 +33,6 @@ class LoopStats:
             self.last = latest
             self._trim(now)
 
-    def last_frame_at(self) -> float | None:
-        """When the latest frame ended (this clock), None before the first."""
-        with self._lock:
-            return self._last_at
-
     def stalled(self) -> str:
         """Why frames are not running now ("" while they run): the latest reason a tick made no
         chunk, if it is more recent than the last frame (a waiting question asks this)."""

@@ -302,7 +302,7 @@ class OxygenNode(LifecycleNode):
         # the published envelope: action limits narrowed to the joint limits, whatever is set
         rt = Runtime(name=robot, p=p, joints=joints, action_joints=action_joints.inside(joints), policy=policy,
                      model=model, tok=tok, engine=engine,
-                     period_s=period_s, cameras=cameras, joint_input=joint_input,
+                     period_s=period_s, cameras=cameras,
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                           p["input_problem_hold_s"]),
                      stats=(stats := LoopStats()), robot_time=robot_time,

@@ -29,7 +29,6 @@ class Runtime:
     engine: object                     # OxygenEngine, or a fleet robot's RobotView of the FleetEngine
     period_s: float
     cameras: dict                      # input name (resolved topic) -> Camera (slot, transport, view)
-    joint_input: str
     monitor: InputMonitor
     stats: LoopStats
     robot_time: RobotTime              # action rate, chunk stamping, RTC, rate check

@@ -42,7 +42,7 @@ from ...layers.decoder import Decoder
 from ...layers.engine_model import EngineModel
 from ...layers.mrope import rope_index, text_positions
 from ...layers.random_init import init_random
-from .configuration import Qwen3VLModelConfig, reads_hidden
+from .configuration import Qwen3VLModelConfig
 from .vision import Qwen3VLVisionEncoder
 
 
