@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...registry import default_checkpoint
 from ...state_checks import check_state
 
 WEIGHTS_FILE = "model.safetensors"
@@ -22,8 +23,8 @@ CONFIG_FILE = "config.json"
 ASSET_ID = "panda"
 STATS_FILE = f"assets/{ASSET_ID}/norm_stats.json"
 # the weights that ship with the package, once trained (None of them in the tree: the
-# loader says how to train or where to point it)
-SHIPPED_DIR = Path(__file__).resolve().parent / "weights"
+# loader says how to train or where to point it); the folder is named once, in the registry
+SHIPPED_DIR = Path(default_checkpoint("smol-panda"))
 
 
 class CheckpointMissing(FileNotFoundError):
