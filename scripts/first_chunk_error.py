@@ -29,14 +29,13 @@ def main() -> int:
 
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
     from oxygen_ros.engine.models.smol_panda.training import hparams as hp
-    from oxygen_ros.engine.registry import family, load_model
+    from oxygen_ros.engine.models.smol_panda.training.data import policy_io
+    from oxygen_ros.engine.registry import load_model
     from oxygen_ros.tools import panda_scene as ps, scripted_expert as se
     from oxygen_ros.tools.panda_world import PandaWorld
 
     model, tok = load_model("smol-panda", checkpoint=args.checkpoint)
-    io = family("pi05").load_policy_io(args.checkpoint, "openpi", delta_action_mask=list(hp.DELTA_ACTION_MASK),
-                                       image_size=model.cfg.vision.image_size)
-    io.tokenizer, io.max_prompt_tokens = tok, model.cfg.max_prompt_tokens
+    io = policy_io(args.checkpoint, tok, model.cfg)
     runner = IsolatedRunner(model, tok)
     ahead = se.CHUNK_POINTS - 1
     for group, seeds in GROUPS:

@@ -40,7 +40,9 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
-    from oxygen_ros.engine.registry import family, load_model
+    from oxygen_ros.engine.models.smol_panda.training import hparams as hp
+    from oxygen_ros.engine.models.smol_panda.training.data import policy_io
+    from oxygen_ros.engine.registry import load_model
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.node.chunk_plan import plan_chunk
     from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
@@ -48,10 +50,7 @@ def main(argv=None) -> int:
     from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor
 
     model, tok = load_model("smol-panda", checkpoint=args.checkpoint)
-    hp = __import__("oxygen_ros.engine.models.smol_panda.training.hparams", fromlist=["x"])
-    io = family("pi05").load_policy_io(args.checkpoint, "openpi", delta_action_mask=list(hp.DELTA_ACTION_MASK),
-                                       image_size=model.cfg.vision.image_size)
-    io.tokenizer, io.max_prompt_tokens = tok, model.cfg.max_prompt_tokens
+    io = policy_io(args.checkpoint, tok, model.cfg)
     runner = IsolatedRunner(model, tok)
     views = {"base_0_rgb": "base", "left_wrist_0_rgb": "left_wrist"}
     dt, tick = 1.0 / se.ACTION_RATE_HZ, 1.0 / se.CONTROL_HZ
