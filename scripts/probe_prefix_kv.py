@@ -12,7 +12,6 @@ prefix holds; a large one says the image encoder or the backbone lose it.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +20,11 @@ IMAGE_TOKENS = 32          # smol-panda's prefix starts with 2 cameras x 16 imag
 
 
 def store(directory: Path, frames: int):
-    meta = json.loads((directory / "meta.json").read_text())
-    kv = np.memmap(directory / "kv.f16", dtype=np.float16, mode="r", shape=(meta["frames"], *meta["shape"]))
-    return kv, meta["frame_index"][: min(frames, meta["done"])]
+    """The part's K/V memory map and the (seed, t) of its first `frames` stored frames."""
+    from oxygen_ros.engine.models.smol_panda.training.kv_cache import KVStore
+
+    s = KVStore(directory)
+    return s.kv, s.meta["frame_index"][: min(frames, s.done)]
 
 
 def truth(demos: Path, index) -> np.ndarray:
