@@ -47,18 +47,9 @@ def node_params(path: Path) -> dict:
 def resident_dense_bytes(model) -> tuple[int, int]:
     """(bytes of parameters in ordinary memory, bytes of parameters mapped from a file):
     each storage counted once; the mapped ones count in RssFile only where touched."""
-    from oxygen_ros.engine.layers.mapped_weights import _file_mappings, _mapping_of
-    maps, seen, anon, mapped = _file_mappings(), set(), 0, 0
-    for t in list(model.parameters()) + list(model.buffers()):
-        s = t.untyped_storage()
-        if s.data_ptr() in seen or t.device.type != "cpu":
-            continue
-        seen.add(s.data_ptr())
-        if _mapping_of(t, maps):
-            mapped += s.nbytes()
-        else:
-            anon += s.nbytes()
-    return anon, mapped
+    from oxygen_ros.engine.layers.mapped_weights import weight_storages
+    w = weight_storages(model)
+    return sum(w.in_memory.values()), sum(w.on_file.values())
 
 
 def layout_bytes(model) -> dict:

@@ -294,16 +294,9 @@ def _resident_weight_bytes(model) -> int:
     buffer's storage in ordinary memory (once each; packed matrices are their parameters'
     storage), the oneDNN-blocked copies, and the resident pages of file mappings that hold
     weights (/proc/self/smaps)."""
-    from oxygen_ros.engine.layers.mapped_weights import _file_mappings, _mapping_of
-    maps, seen, total, mapped = _file_mappings(), set(), 0, set()
-    for t in list(model.parameters()) + list(model.buffers()):
-        storage = t.untyped_storage()
-        where = _mapping_of(t, maps)
-        if where is not None:
-            mapped.add(where)
-        elif storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
+    from oxygen_ros.engine.layers.mapped_weights import weight_storages
+    w = weight_storages(model)
+    seen, total, mapped = w.in_memory, sum(w.in_memory.values()), w.mappings
     for g in packed_groups(model):
         if g.matrix is not None and g.matrix.untyped_storage().data_ptr() not in seen:
             total += g.matrix.untyped_storage().nbytes()

@@ -20,6 +20,7 @@ import ctypes
 import os
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,32 @@ def mappings_of(tensors) -> list[tuple[int, int]]:
     """The file mappings that hold any of `tensors`."""
     maps = _file_mappings() if sys.platform.startswith("linux") else []
     return sorted({where for t in tensors if maps and (where := _mapping_of(t, maps)) is not None})
+
+
+@dataclass
+class WeightStorages:
+    """Where a model's parameter and buffer storages live (weight_storages)."""
+    in_memory: dict[int, int] = field(default_factory=dict)   # storage address -> bytes, ordinary memory
+    on_file: dict[int, int] = field(default_factory=dict)     # storage address -> bytes, mapped from a file
+    mappings: set[tuple[int, int]] = field(default_factory=set)   # the file mappings holding on_file
+
+
+def weight_storages(model: nn.Module) -> WeightStorages:
+    """Every CPU parameter's and buffer's storage of `model`, each once, split by whether a
+    file mapping holds it (for memory reports: scripts/measure_rss.py, the packing tests)."""
+    maps = _file_mappings() if sys.platform.startswith("linux") else []
+    out = WeightStorages()
+    for t in list(model.parameters()) + list(model.buffers()):
+        s = t.untyped_storage()
+        if t.device.type != "cpu" or s.data_ptr() in out.in_memory or s.data_ptr() in out.on_file:
+            continue
+        where = _mapping_of(t, maps)
+        if where is None:
+            out.in_memory[s.data_ptr()] = s.nbytes()
+        else:
+            out.on_file[s.data_ptr()] = s.nbytes()
+            out.mappings.add(where)
+    return out
 
 
 def reclaim(mappings: list[tuple[int, int]]) -> None:
