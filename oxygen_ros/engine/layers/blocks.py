@@ -132,6 +132,9 @@ class _BlockedProduct(torch.autograd.Function):
 
 
 _NO_MATRIX = torch.empty(0)
+# a deep copy's memo holds id(PACK_AFTER_COPY) while EngineModel.__deepcopy__ copies: it
+# packs the whole copy afterwards, so the groups are not packed twice
+PACK_AFTER_COPY = object()
 
 
 class Packed:
@@ -210,9 +213,9 @@ class Packed:
 
     def __deepcopy__(self, memo) -> "Packed":
         # parameters deep-copy as clones (not views) and the blocked copy is an opaque
-        # oneDNN tensor, so the copy packs its own layers again
+        # oneDNN tensor, so the copy packs its own layers again (unless its model will)
         new = Packed(*copy.deepcopy(self.linears, memo))
-        if self._pointers is not None:
+        if self._pointers is not None and id(PACK_AFTER_COPY) not in memo:
             new.pack(self.dense)
         return new
 

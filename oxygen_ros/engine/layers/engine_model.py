@@ -10,7 +10,7 @@ import copy
 import torch
 from torch import nn
 
-from .blocks import onednn_enabled, packed_groups
+from .blocks import PACK_AFTER_COPY, onednn_enabled, packed_groups
 from .mapped_weights import copy_out, mappings_of, move_to_file, reclaim, release_free_memory
 
 
@@ -54,8 +54,12 @@ class EngineModel(nn.Module):
         this model's weights from their file: those pages go back."""
         new = type(self).__new__(type(self))
         memo[id(self)] = new
+        packed = any(g.is_packed for g in packed_groups(self))
+        if packed:
+            memo[id(PACK_AFTER_COPY)] = True      # the groups are packed once, by pack_weights below
         new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        if any(g.is_packed for g in packed_groups(self)):
+        memo.pop(id(PACK_AFTER_COPY), None)
+        if packed:
             new.pack_weights()
             reclaim(mappings_of(self.parameters()))
         return new
