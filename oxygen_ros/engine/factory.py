@@ -31,7 +31,7 @@ def build_engine(p: dict, robots: dict | None = None):
     import torch
 
     from .fleet import FleetEngine
-    from .registry import load_model
+    from .registry import family, load_model
     from .scheduler import EngineConfig, OxygenEngine
 
     p = with_checkpoint(p)
@@ -48,7 +48,7 @@ def build_engine(p: dict, robots: dict | None = None):
     convention, fam = _family_io(p)
     if fam is not None:
         # before the engine sizes its KV slots (and before the node reads model.cfg)
-        _hooks(fam).fit_model(convention, p, model)
+        family(fam.name).fit_model(convention, p, model)
     cfg = EngineConfig(max_requests=p["max_requests"], max_queue=p["max_queue"],
                        max_new_tokens=p["max_new_tokens"], steps_per_frame=p["steps_per_frame"],
                        period_s=1.0 / p["control_rate_hz"], seed=p["seed"], cuda_graphs=p["cuda_graphs"],
@@ -68,7 +68,8 @@ def policy_io_values() -> tuple[str, ...]:
 
 def choose_policy_io(p: dict) -> str:
     """The policy I/O convention the parameters ask for ("auto" resolved: the model's
-    family's own where the profile's checkpoint brings one, else limits)."""
+    family's own where the profile's checkpoint brings one, else limits). `p` as
+    with_checkpoint returns it: shipped weights count as a checkpoint."""
     from .registry import auto_policy_io
 
     values = policy_io_values()
@@ -76,24 +77,19 @@ def choose_policy_io(p: dict) -> str:
         raise ValueError(f"policy_io must be one of {', '.join(values)}, got {p['policy_io']!r}")
     if p["policy_io"] != "auto":
         return p["policy_io"]
-    return (auto_policy_io(p["model"]) if with_checkpoint(p)["checkpoint"] else None) or "limits"
+    return (auto_policy_io(p["model"]) if p["checkpoint"] else None) or "limits"
 
 
 def _family_io(p: dict):
     """(convention, the registry's Family that builds it or None); (None, None) for a
-    policy_io value that is not one (build_policy_io reports it, at configure)."""
+    policy_io value that is not one (build_policy_io reports it, at configure). `p` as
+    with_checkpoint returns it."""
     from .registry import policy_io_family
 
     if p.get("policy_io") not in policy_io_values():
         return None, None
     convention = choose_policy_io(p)
     return convention, policy_io_family(convention)
-
-
-def _hooks(fam):
-    from .registry import family
-
-    return family(fam.name)
 
 
 def build_policy_io(p: dict, model, tok, state, actions):
@@ -103,14 +99,15 @@ def build_policy_io(p: dict, model, tok, state, actions):
     import numpy as np
 
     from .policy_io import LimitsIO
+    from .registry import family, policy_io_family
 
     p = with_checkpoint(p)
-    convention = choose_policy_io(p)
-    _, fam = _family_io(p)
+    convention = choose_policy_io(p)      # raises for a policy_io value that is not one
+    fam = policy_io_family(convention)
     if fam is None:
         io = LimitsIO.from_limits(state.lower, state.upper, actions.lower, actions.upper, model.cfg.expert.horizon)
     else:
-        io = _hooks(fam).build_policy_io(convention, p, model, tok, state)
+        io = family(fam.name).build_policy_io(convention, p, model, tok, state)
     cfg = model.cfg           # read after the hook: it may fit the model's horizon
     if io.action_dims > cfg.expert.action_dim:
         raise ValueError(f"the policy uses {io.action_dims} action dimensions but the model's actions "
@@ -133,8 +130,8 @@ def checkpoint_policy_io(profile: str, checkpoint: str | None, model, tok):
     """The policy I/O a checkpoint of `profile` brings for `oxygen serve` (its normalisation
     and prompt rules), or None where observations reach the model as given (no checkpoint,
     or a profile whose family's serve_policy_io says None)."""
-    from .registry import auto_policy_io, family_of
+    from .registry import auto_policy_io, family, family_of
 
     if not checkpoint or auto_policy_io(profile) is None:
         return None
-    return _hooks(family_of(profile)).serve_policy_io(profile, checkpoint, model, tok)
+    return family(family_of(profile).name).serve_policy_io(profile, checkpoint, model, tok)
