@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-import torch.nn.functional as F
-
 from ...config import DecoderConfig
 from .image_processing import Qwen3VLImageSettings, image_token_count, smart_resize
 
@@ -22,8 +20,10 @@ _HF_DEFAULTS = dict(depth=27, hidden_size=1152, hidden_act="gelu_pytorch_tanh", 
                     temporal_patch_size=2, out_hidden_size=3584, num_position_embeddings=2304,
                     deepstack_visual_indexes=(8, 16, 24))
 
-# transformers ACT2FN names -> (F.gelu approximate mode) or silu
-_TANH_GELU = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast")
+# the transformers ACT2FN names the vision encoder runs (vision.py): tanh-approximated
+# GELU, exact GELU, SiLU
+TANH_GELU = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast")
+VISION_ACTIVATIONS = frozenset({*TANH_GELU, "gelu", "silu"})
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class Qwen3VLVisionConfig:
         if bad or len(set(self.deepstack_visual_indexes)) != len(self.deepstack_visual_indexes):
             raise ValueError(f"Qwen3-VL vision config: deepstack_visual_indexes {list(self.deepstack_visual_indexes)} "
                              f"must be distinct layer indexes in [0, {self.depth})")
-        _activation(self.hidden_act)     # raises for an unknown name
+        if self.hidden_act not in VISION_ACTIVATIONS:
+            raise ValueError(f"Qwen3-VL vision config: unsupported hidden_act {self.hidden_act!r}")
 
     @property
     def head_dim(self) -> int:
@@ -97,16 +98,6 @@ class Qwen3VLVisionConfig:
         theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known}, rope_theta=float(theta))
-
-
-def _activation(name: str):
-    if name in _TANH_GELU:
-        return lambda x: F.gelu(x, approximate="tanh")
-    if name == "gelu":
-        return F.gelu
-    if name == "silu":
-        return F.silu
-    raise ValueError(f"Qwen3-VL vision config: unsupported hidden_act {name!r}")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...layers.blocks import Packed, apply_rope
-from .configuration import _TANH_GELU, Qwen3VLVisionConfig, _activation
+from .configuration import TANH_GELU, Qwen3VLVisionConfig
 
 HF_VISUAL_PREFIX = "model.visual."
 
@@ -97,13 +97,24 @@ class Qwen3VLVisionAttention(nn.Module):
         return self._proj.matmul(out)
 
 
+def _activation(name: str):
+    """A vision config's hidden_act (one of configuration.VISION_ACTIVATIONS) as a function."""
+    if name in TANH_GELU:
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "gelu":
+        return F.gelu
+    if name == "silu":
+        return F.silu
+    raise ValueError(f"Qwen3-VL vision config: unsupported hidden_act {name!r}")
+
+
 class Qwen3VLVisionMLP(nn.Module):
     def __init__(self, cfg: Qwen3VLVisionConfig):
         super().__init__()
         self.linear_fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.linear_fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self._fc1, self._fc2 = Packed(self.linear_fc1), Packed(self.linear_fc2)
-        self.tanh_gelu = cfg.hidden_act in _TANH_GELU
+        self.tanh_gelu = cfg.hidden_act in TANH_GELU
         self.act = _activation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
