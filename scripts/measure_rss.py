@@ -35,15 +35,6 @@ def status_kb() -> dict:
         return {r[0].rstrip(":"): int(r[1]) for r in rows if r and r[0] in ("VmRSS:", "RssAnon:", "RssFile:")}
 
 
-def node_params(path: Path) -> dict:
-    """The node's parameter defaults (node/params.SPECS) with the params file over them."""
-    from oxygen_ros.node.params import SPECS
-    from oxygen_ros.tools.params_files import params_from_file
-    p = {s.name: s.default for s in SPECS}
-    p.update(params_from_file(path))
-    return p
-
-
 def resident_dense_bytes(model) -> tuple[int, int]:
     """(bytes of parameters in ordinary memory, bytes of parameters mapped from a file):
     each storage counted once; the mapped ones count in RssFile only where touched."""
@@ -82,8 +73,9 @@ def run_frames(model, engine, frames: int) -> None:
 def measure(params: Path, frames: int) -> dict:
     from oxygen_ros.engine.factory import build_engine
     from oxygen_ros.node import malloc_arenas
+    from oxygen_ros.tools.params_files import params_from_file, with_node_defaults
     malloc_arenas.limit()          # as the node does before its threads start
-    p = node_params(params)
+    p = with_node_defaults(params_from_file(params))
     before = status_kb()
     model, _, engine = build_engine(p)
     built = status_kb()

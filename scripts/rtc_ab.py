@@ -37,7 +37,7 @@ from oxygen_ros.node.joint_space import JointSpace
 from oxygen_ros.engine.factory import build_engine, build_policy_io
 from oxygen_ros.node.robot_time import action_rate, warm_up_rtc
 from oxygen_ros.node.rtc_planner import RTCPlanner
-from oxygen_ros.tools.params_files import config_file, params_from_file
+from oxygen_ros.tools.params_files import config_file, params_from_file, with_node_defaults
 from oxygen_ros.tools.sim_robot import VIEW_OF_SLOT
 from oxygen_ros.tools.panda_world import PandaWorld
 from oxygen_ros.tools.arm_motion import score_stats, switch_scores
@@ -131,7 +131,7 @@ def main() -> int:
         p["action_rate_hz"] = a.action_rate
     if a.model:
         p["model"] = a.model
-    full = {**_defaults(), **p}
+    full = with_node_defaults(p)
     model, tok, engine = build_engine(full)
     joints = JointSpace.from_lists(p["joint_names"], p["joint_lower_limits"], p["joint_upper_limits"])
     dims = model.cfg.expert.action_dim
@@ -209,15 +209,6 @@ def _run_rounds(arms, schedule, engine, policy, joints, full, slots, size, rate,
                 arm.warm_jumps = len(arm.executor.jumps)        # switches from now on are measured
             print(f"  round {r if r is not None else 'warm-up'} {mode}: {len(arm.executor.jumps)} switches",
                   file=sys.stderr)
-
-
-def _defaults() -> dict:
-    """Every node parameter's default (what a params file leaves unset)."""
-    from rclpy.parameter import Parameter
-
-    from oxygen_ros.node.params import SPECS
-
-    return {s.name: s.default for s in SPECS if not isinstance(s.default, Parameter.Type)}
 
 
 if __name__ == "__main__":

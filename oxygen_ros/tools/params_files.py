@@ -39,6 +39,19 @@ def params_from_file(path: str | Path) -> dict:
     raise ValueError(f"{path}: no ros__parameters entry")
 
 
+def with_node_defaults(params: dict) -> dict:
+    """`params` (a params file's values) over every node parameter's default, as the node
+    reads them (node/params.read): an unset parameter with no default is [] where it may be
+    unset and left out where it is required."""
+    from rclpy.parameter import Parameter
+
+    from ..node.params import SPECS
+
+    defaults = {s.name: [] if isinstance(s.default, Parameter.Type) else s.default
+                for s in SPECS if not (s.required and isinstance(s.default, Parameter.Type))}
+    return {**defaults, **params}
+
+
 def robot_params(params: dict, robot: str) -> dict:
     """A params file's values as a fleet robot gets them: the shared ones with that robot's
     own section (`ROBOT: {...}`) over them; `robot` "" : the values as they are."""
