@@ -241,7 +241,9 @@ def _demos(seeds, length=12):
     z = np.zeros((length, 3), np.float32)
     demos.episodes = [Episode(seed=s, images={}, state=np.zeros((length, 8), np.float32),
                               actions=np.zeros((length, 10, 8), np.float32), place=np.zeros(length, np.int8),
-                              grasp=np.zeros(length, bool), cube=z, gripper=z, bowl=z) for s in seeds]
+                              grasp=np.zeros(length, bool), cube=z, gripper=z, bowl=z,
+                              cube_yaw=np.zeros(length, np.float32), gripper_yaw=np.zeros(length, np.float32))
+                      for s in seeds]
     demos._index()
     return demos
 
@@ -293,3 +295,23 @@ def test_stage2_draws_the_early_frames_at_their_share():
     # no early frames stored: plain uniform draws
     only_late = frame_weights([SimpleNamespace(meta={"frame_index": [[1, 50], [1, 60]]}, done=2)], 10, 0.25)
     assert np.allclose(only_late[0], 0.5)
+
+
+def test_stage1_aux_targets_hold_the_cubes_turn_a_quarter_turn_periodic():
+    """The encoder learns the cube's turn (the wrist's) from the sim's quaternions: sin / cos
+    of 4x the yaw, in the world and relative to the gripper, equal for yaws a quarter turn apart."""
+    from oxygen_ros.engine.models.smol_panda.training.data import yaw
+    from oxygen_ros.engine.models.smol_panda.training.stage1 import AuxHeads, aux_targets
+    angles = np.array([0.3, 0.3 + np.pi / 2, -0.7])
+    quats = np.stack([np.cos(angles / 2), 0 * angles, 0 * angles, np.sin(angles / 2)], 1)
+    got = yaw(quats)
+    assert np.allclose(np.exp(1j * got), np.exp(1j * angles), atol=1e-6)
+    demos = _demos([1001], length=3)
+    ep = demos.episodes[0]
+    ep.cube_yaw[:], ep.gripper_yaw[:] = got, np.float32(0.2)
+    geom = aux_targets([(ep, t) for t in range(3)])["geom"].numpy()
+    assert geom.shape[1] == AuxHeads.OUT - 4          # place logits and grasp are not in geom
+    turn = geom[:, -4:]
+    assert np.allclose(turn[:, 0], np.sin(4 * angles), atol=1e-5)
+    assert np.allclose(turn[:, 1], np.sin(4 * (angles - 0.2)), atol=1e-5)
+    assert np.allclose(turn[0], turn[1], atol=1e-5)    # a quarter turn apart: the same cube

@@ -3,7 +3,8 @@ red cube and puts it in the bowl, wherever a seed put them (panda_scene.layout).
 
 As ACT's scripted experts do, it plans the whole episode from the objects' initial poses
 (privileged: the sim's ground truth) as a path of the gripper frame (the fingertips' centre,
-pointing down, turned to the cube's faces) through the phases PHASES, and turns it into
+pointing down; unturned until it is over the cube, then turned to the cube's faces) through
+the phases PHASES, and turns it into
 joint targets by damped least-squares IK on MuJoCo's Jacobian (warm-started point after
 point). The targets are in the node's joint format (the Panda's 7 joint angles in rad,
 then the finger width in m) at the node's action rate; `rollout` executes them as the node
@@ -29,7 +30,11 @@ GRASP_Z = ps.CUBE_REST_Z + 0.012     # fingertips' centre: the pads around the c
 CARRY_Z = ps.TABLE_TOP + 0.20
 DROP_Z = ps.TABLE_TOP + 0.11         # cube's bottom 6 cm over the table, 2 cm over the rim
 # (phase, seconds): where the gripper goes in each, see _waypoints
-PHASES = (("pre_grasp", 2.0), ("descend", 1.2), ("close", 1.0), ("lift", 1.0), ("carry", 2.0),
+# The wrist turns to the cube's faces only once over the cube (align): the approach then depends
+# on where the cube is alone, which both cameras show from afar, and its turn is read from the
+# wrist camera's close view (turning on the way made the first second of every episode hinge
+# on the cube's yaw, a few pixels in the front camera).
+PHASES = (("pre_grasp", 2.0), ("align", 0.8), ("descend", 1.2), ("close", 1.0), ("lift", 1.0), ("carry", 2.0),
           ("lower", 0.6), ("release", 0.6), ("retreat", 0.8))
 PHASE_NAMES = tuple(p for p, _ in PHASES) + ("done",)
 
@@ -161,7 +166,8 @@ def _waypoints(layout: ps.Layout, start):
     bx, by = layout.bowl_xy
     yaw = layout.cube_yaw
     above = ps.CUBE_REST_Z + 0.10
-    return [("pre_grasp", (cx, cy, above), yaw, OPEN), ("descend", (cx, cy, GRASP_Z), yaw, OPEN),
+    return [("pre_grasp", (cx, cy, above), 0.0, OPEN), ("align", (cx, cy, above), yaw, OPEN),
+            ("descend", (cx, cy, GRASP_Z), yaw, OPEN),
             ("close", (cx, cy, GRASP_Z), yaw, CLOSED), ("lift", (cx, cy, CARRY_Z), yaw, CLOSED),
             ("carry", (bx, by, CARRY_Z), yaw, CLOSED), ("lower", (bx, by, DROP_Z), yaw, CLOSED),
             ("release", (bx, by, DROP_Z), yaw, OPEN), ("retreat", (bx, by, DROP_Z + 0.14), yaw, OPEN)]

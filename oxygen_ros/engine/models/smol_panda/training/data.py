@@ -36,6 +36,8 @@ class Episode:
     cube: np.ndarray                   # float32 [T, 3]
     gripper: np.ndarray                # float32 [T, 3]
     bowl: np.ndarray                   # float32 [T, 3]
+    cube_yaw: np.ndarray               # float32 [T]: the cube's turn about z (rad)
+    gripper_yaw: np.ndarray            # float32 [T]: the gripper frame's turn about z (rad)
 
     @property
     def length(self) -> int:
@@ -49,7 +51,14 @@ def load_episode(path: Path, seed: int) -> Episode | None:
         return Episode(seed=seed, images={slot: d[key] for slot, key in H.CAMERAS.items()},
                        state=d["joint_position"].astype(np.float32), actions=d["action_chunk"].astype(np.float32),
                        place=d["place"], grasp=d["grasp_contact"], cube=d["cube_pose"][:, :3],
-                       gripper=d["gripper_pose"][:, :3], bowl=d["bowl_pose"][:, :3])
+                       gripper=d["gripper_pose"][:, :3], bowl=d["bowl_pose"][:, :3],
+                       cube_yaw=yaw(d["cube_pose"][:, 3:]), gripper_yaw=yaw(d["gripper_pose"][:, 3:]))
+
+
+def yaw(quat_wxyz: np.ndarray) -> np.ndarray:
+    """The turn about world z of frames given as quaternions [T, 4] (w, x, y, z)."""
+    w, x, y, z = quat_wxyz.astype(np.float64).T
+    return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)).astype(np.float32)
 
 
 class Demos:

@@ -1,7 +1,8 @@
 """Stage 1: the image encoder and projector learn to make the frozen SmolLM2 say where the
 cube is (LLaVA's projector stage, with the encoder trained too since it starts from
 scratch), helped by auxiliary heads on the encoder's features that regress the sim's ground
-truth (place, grasp contact, cube relative to the gripper, cube / gripper / bowl positions).
+truth (place, grasp contact, cube relative to the gripper, cube / gripper / bowl positions, the
+cube's turn in the world and relative to the gripper).
 The heads are training aids only: they are not part of the model or its checkpoint."""
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ SPAN = 0.2
 
 class AuxHeads(nn.Module):
     """Encoder features of a frame's cameras -> place logits (3), grasp (1), cube - gripper
-    (3, decimetres), cube, gripper (3 each) and bowl x, y (2) about the workspace centre."""
-    OUT = 15
+    (3, decimetres), cube, gripper (3 each) and bowl x, y (2) about the workspace centre, the
+    cube's turn and its turn relative to the gripper as sin and cos of 4x the angle (a cube
+    looks the same every quarter turn) (4). The turn decides how the wrist meets the cube."""
+    OUT = 19
 
     def __init__(self, cameras: int, tokens: int, width: int, hidden: int = 256):
         super().__init__()
@@ -42,7 +45,9 @@ def aux_targets(pairs) -> dict[str, torch.Tensor]:
     rel = np.stack([(ep.cube[t] - ep.gripper[t]) * 10 for ep, t in pairs])
     pos = np.stack([np.concatenate([(ep.cube[t] - CENTRE) / SPAN, (ep.gripper[t] - CENTRE) / SPAN,
                                     (ep.bowl[t][:2] - CENTRE[:2]) / SPAN]) for ep, t in pairs])
-    return {"place": place, "grasp": grasp, "geom": torch.from_numpy(np.concatenate([rel, pos], 1)).float()}
+    turn = np.stack([[ep.cube_yaw[t], ep.cube_yaw[t] - ep.gripper_yaw[t]] for ep, t in pairs]) * 4
+    turn = np.concatenate([np.sin(turn), np.cos(turn)], 1)
+    return {"place": place, "grasp": grasp, "geom": torch.from_numpy(np.concatenate([rel, pos, turn], 1)).float()}
 
 
 def aux_loss(out: torch.Tensor, tgt: dict) -> tuple[torch.Tensor, dict]:
