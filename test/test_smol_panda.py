@@ -315,3 +315,20 @@ def test_stage1_aux_targets_hold_the_cubes_turn_a_quarter_turn_periodic():
     assert np.allclose(turn[:, 0], np.sin(4 * angles), atol=1e-5)
     assert np.allclose(turn[:, 1], np.sin(4 * (angles - 0.2)), atol=1e-5)
     assert np.allclose(turn[0], turn[1], atol=1e-5)    # a quarter turn apart: the same cube
+
+
+def test_start_frames_show_the_seeds_layouts_with_the_arm_at_its_start(tmp_path):
+    """Stage 1's start frames: one layout a frame from seeds START_SEED up (never a training or
+    held-out seed), the arm at READY or moved from it, the ground truth of what is rendered."""
+    from oxygen_ros.engine.models.smol_panda.training import start_frames
+    from oxygen_ros.tools import panda_scene as ps
+    ep = start_frames.load(start_frames.render(tmp_path / "s.npz", 3, size=32))
+    assert start_frames.START_SEED > 1999 and start_frames.START_SEED + 3 < 900000
+    for i in range(3):
+        lay = ps.layout(start_frames.START_SEED + i)
+        assert np.allclose(ep.cube[i, :2], lay.cube_xy, atol=1e-5)
+        assert np.allclose(np.exp(1j * ep.cube_yaw[i]), np.exp(1j * lay.cube_yaw), atol=1e-5)
+        assert np.allclose(ep.bowl[i, :2], lay.bowl_xy, atol=1e-5)
+    assert np.allclose(ep.state[0], ps.READY, atol=1e-5) and np.abs(ep.state[1, :7] - ps.READY[:7]).max() > 0.01
+    assert ep.images["base_0_rgb"].shape == (3, 32, 32, 3) and ep.images["base_0_rgb"].std() > 0
+    assert (ep.place == 0).all() and not ep.grasp.any()

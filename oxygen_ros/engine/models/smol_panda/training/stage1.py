@@ -17,6 +17,7 @@ from torch import nn
 from ..configuration import SMOL_PANDA
 from . import hparams as H
 from .common import ensure_io, frame_inputs, frozen_backbone, training_model
+from . import start_frames
 from .data import Demos
 from .run import Run, lr_at
 
@@ -56,6 +57,27 @@ def aux_loss(out: torch.Tensor, tgt: dict) -> tuple[torch.Tensor, dict]:
     l_geom = F.smooth_l1_loss(out[:, 4:], tgt["geom"], beta=0.1)
     acc = (out[:, :3].argmax(1) == tgt["place"]).float().mean()
     return l_place + l_grasp + l_geom, {"aux_place": l_place.item(), "aux_geom": l_geom.item(), "aux_acc": acc.item()}
+
+
+@torch.no_grad()
+def aux_report(vis, heads, demos: Demos, io, n: int = 96, early_frames: int = 10) -> dict:
+    """What the encoder knows of held-out frames, read by the auxiliary heads: the cube's x, y
+    (cm) and its turn (mean abs error of sin / cos 4 yaw, the world's and relative to the
+    gripper's; a head that learnt nothing errs by the spread, about 0.5-0.6), on frames
+    anywhere in the episodes and on the first second's (the arm at READY: the cube far away)."""
+    out = {}
+    rng = np.random.default_rng(3)
+    for name, pool in (("", np.arange(len(demos))), ("_start", np.flatnonzero(demos.frames[:, 1] < early_frames))):
+        if not len(pool):
+            continue
+        idx = rng.choice(pool, min(n, len(pool)), replace=False)
+        pix, _, pairs = frame_inputs(demos, idx, io)
+        feats = vis.features(pix)
+        pred = heads(feats.reshape(len(idx), len(H.CAMERAS), -1, feats.shape[-1]))[:, 4:].numpy()
+        err = np.abs(pred - aux_targets(pairs)["geom"].numpy()).mean(0)
+        out[f"cube_cm{name}"] = float(err[3:5].mean() * SPAN * 100)
+        out[f"turn_err{name}"] = float(err[-4:].mean())
+    return out
 
 
 class CaptionBatch:
@@ -144,6 +166,14 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
     print(f"stage 1: {len(train_set.episodes)} training episodes ({len(train_set)} frames), "
           f"{len(held.episodes)} held out", flush=True)
     io = ensure_io(root, train_set, tok, cfg)
+    starts = None
+    if hp.start_frames:
+        path = Path(root) / "start_frames.npz"
+        if not path.exists():
+            start_frames.render(path, hp.start_frames)
+        starts = Demos.__new__(Demos)
+        starts.episodes = [start_frames.load(path)]
+        starts._index()
     vis = model.vision
     with torch.no_grad():
         vis.projector.weight.mul_(hp.projector_init_scale)
@@ -169,12 +199,16 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
             g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
         # the caption frames (places balanced) first, then more frames for the heads
         nc = hp.caption_batch if step >= hp.aux_only_steps else 0
-        idx = np.concatenate([train_set.sample(nc, gen, balanced=True), train_set.sample(hp.aux_batch - nc, gen)])
+        ns = int(round(hp.start_share * (hp.aux_batch - nc))) if starts is not None else 0
+        idx = np.concatenate([train_set.sample(nc, gen, balanced=True), train_set.sample(hp.aux_batch - nc - ns, gen)])
         pix, prompts, pairs = frame_inputs(train_set, idx, io)
+        if ns:                                   # the heads' share of start frames over other layouts
+            pix_s, _, pairs_s = frame_inputs(starts, starts.sample(ns, gen), io)
+            pix, pairs = torch.cat([pix, pix_s]), pairs + pairs_s
         t0 = time.time()
         feats = vis.features(pix)                                          # [B*C, 16, width]
         n_cam, tokens = len(H.CAMERAS), cfg.vision.tokens_per_image
-        a_loss, a_stats = aux_loss(heads(feats.reshape(len(idx), n_cam, tokens, -1)), aux_targets(pairs))
+        a_loss, a_stats = aux_loss(heads(feats.reshape(len(pairs), n_cam, tokens, -1)), aux_targets(pairs))
         loss, c_stats = hp.aux_weight * a_loss, {}
         if nc:
             img_tokens = vis.projector(feats[: nc * n_cam]).reshape(nc, n_cam * tokens, -1)
@@ -193,6 +227,10 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
         if step % hp.checkpoint_every == 0 or step == stop:
             run.save({"step": step, "vision": vis.state_dict(), "heads": heads.state_dict(), "opt": opt.state_dict()})
             run.plot("stage 1: captions through frozen SmolLM2 + auxiliary heads")
+        if (step % hp.aux_eval_every == 0 or step == stop) and len(held):
+            rep = aux_report(vis, heads, held, io)
+            run.log({"kind": "eval", "step": step, "time": time.time(), **rep})
+            print(f"  held-out heads @ {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in rep.items()), flush=True)
         if (step % hp.eval_every == 0 or step == stop) and step > hp.aux_only_steps and len(held):
             res = narrate(model, tok, io, held, held.sample(hp.eval_frames, np.random.default_rng(7), balanced=True))
             acc = narration_accuracy(res)
