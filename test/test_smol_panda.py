@@ -237,15 +237,12 @@ def test_velocity_on_roomy_kv_equals_copied_kv():
 
 def _demos(seeds, length=12):
     from oxygen_ros.engine.models.smol_panda.training.data import Demos, Episode
-    demos = Demos.__new__(Demos)
     z = np.zeros((length, 3), np.float32)
-    demos.episodes = [Episode(seed=s, images={}, state=np.zeros((length, 8), np.float32),
-                              actions=np.zeros((length, 10, 8), np.float32), place=np.zeros(length, np.int8),
-                              grasp=np.zeros(length, bool), cube=z, gripper=z, bowl=z,
-                              cube_yaw=np.zeros(length, np.float32), gripper_yaw=np.zeros(length, np.float32))
-                      for s in seeds]
-    demos._index()
-    return demos
+    return Demos.of([Episode(seed=s, images={}, state=np.zeros((length, 8), np.float32),
+                             actions=np.zeros((length, 10, 8), np.float32), place=np.zeros(length, np.int8),
+                             grasp=np.zeros(length, bool), cube=z, gripper=z, bowl=z,
+                             cube_yaw=np.zeros(length, np.float32), gripper_yaw=np.zeros(length, np.float32))
+                     for s in seeds])
 
 
 def _part(directory, frame_index):

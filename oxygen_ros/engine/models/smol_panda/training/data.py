@@ -71,6 +71,14 @@ class Demos:
         self._seen: set[int] = set()
         self.refresh()
 
+    @classmethod
+    def of(cls, episodes: list[Episode]) -> "Demos":
+        """A split made of these episodes (a subset, or frames that are no recording's)."""
+        demos = cls.__new__(cls)
+        demos.episodes = list(episodes)
+        demos._index()
+        return demos
+
     def refresh(self) -> int:
         added = 0
         for seed, path in episode_files(self.demo_dir).items():

@@ -153,15 +153,12 @@ def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA
         build_split(root, train_set, None, part, model, tok, io)
     picks = frames_to_add(train_set, parts, hp)
     if not len(picks):
-        print(f"kv: nothing new to store ({sum(stored_counts(parts))} frames in {len(parts)} part(s))", flush=True)
+        stored = sum(json.loads((p / "meta.json").read_text())["frames"] for p in parts)
+        print(f"kv: nothing new to store ({stored} frames in {len(parts)} part(s))", flush=True)
         return
     print(f"kv: part train_{len(parts)}: {len(picks)} frames of "
           f"{len({int(train_set.frames[i][0]) for i in picks})} episodes", flush=True)
     build_split(root, train_set, picks, kv_root / f"train_{len(parts)}", model, tok, io)
-
-
-def stored_counts(parts: list[Path]) -> list[int]:
-    return [json.loads((p / "meta.json").read_text())["frames"] for p in parts]
 
 
 def frames_to_add(train_set: Demos, parts: list[Path], hp: H.Stage2) -> np.ndarray:
@@ -176,10 +173,8 @@ def frames_to_add(train_set: Demos, parts: list[Path], hp: H.Stage2) -> np.ndarr
     picks: list[int] = []
     room = hp.max_frames - len(stored)
     if len(fresh) and room > 0:
-        new = Demos.__new__(Demos)             # the episodes no part holds yet
         kept = sorted({int(e) for e in train_set.frames[fresh, 0]})
-        new.episodes = [train_set.episodes[e] for e in kept]
-        new._index()
+        new = Demos.of([train_set.episodes[e] for e in kept])    # the episodes no part holds yet
         chosen = choose_frames(new, hp.frame_stride, room, hp.seed + len(parts))
         picks = [int(fresh[i]) for i in chosen]   # new's frames are train_set's fresh frames, in order
     early = [i for i, (e, t) in enumerate(train_set.frames)

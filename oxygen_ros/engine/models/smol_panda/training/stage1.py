@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..configuration import SMOL_PANDA
-from . import hparams as H
+from . import hparams as H, start_frames
 from .common import ensure_io, frame_inputs, frozen_backbone, training_model
-from . import start_frames
 from .data import Demos
 from .run import Run, lr_at
 
@@ -171,9 +170,7 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
         path = Path(root) / "start_frames.npz"
         if not path.exists():
             start_frames.render(path, hp.start_frames)
-        starts = Demos.__new__(Demos)
-        starts.episodes = [start_frames.load(path)]
-        starts._index()
+        starts = Demos.of([start_frames.load(path)])
     vis = model.vision
     with torch.no_grad():
         vis.projector.weight.mul_(hp.projector_init_scale)
