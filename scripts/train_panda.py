@@ -38,6 +38,13 @@ def main(argv=None) -> int:
     from oxygen_ros.engine.models.smol_panda.training import stage1
 
     if args.command == "stage1":
+        from oxygen_ros.engine.models.smol_panda.training.hparams import Stage1
+        from oxygen_ros.tools import start_frames
+
+        starts = stage1.start_frames_path(root)
+        if Stage1().start_frames and not starts.exists():     # rendered once, before the stage's first step
+            root.mkdir(parents=True, exist_ok=True)
+            start_frames.render(starts, Stage1().start_frames)
         stage1.train(root, demos, args.steps, until=args.until)
     elif args.command == "narrate":
         from oxygen_ros.engine.models.smol_panda.training.evaluate import narration_report

@@ -317,9 +317,9 @@ def test_stage1_aux_targets_hold_the_cubes_turn_a_quarter_turn_periodic():
 def test_start_frames_show_the_seeds_layouts_with_the_arm_at_its_start(tmp_path):
     """Stage 1's start frames: one layout a frame from seeds START_SEED up (never a training or
     held-out seed), the arm at READY or moved from it, the ground truth of what is rendered."""
-    from oxygen_ros.engine.models.smol_panda.training import start_frames
-    from oxygen_ros.tools import panda_scene as ps
-    ep = start_frames.load(start_frames.render(tmp_path / "s.npz", 3, size=32))
+    from oxygen_ros.engine.models.smol_panda.training.data import load_start_frames
+    from oxygen_ros.tools import panda_scene as ps, start_frames
+    ep = load_start_frames(start_frames.render(tmp_path / "s.npz", 3, size=32))
     assert start_frames.START_SEED > 1999 and start_frames.START_SEED + 3 < 900000
     for i in range(3):
         lay = ps.layout(start_frames.START_SEED + i)

@@ -61,6 +61,18 @@ def yaw(quat_wxyz: np.ndarray) -> np.ndarray:
     return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)).astype(np.float32)
 
 
+def load_start_frames(path: Path) -> Episode:
+    """tools/start_frames.py's frames as one pseudo-episode (each frame its own layout): the
+    cube on the table, no grasp, no actions (stage 1 does not read them)."""
+    with np.load(path) as d:
+        n = len(d["joint_position"])
+        return Episode(seed=int(d["first_seed"]), images={slot: d[key] for slot, key in H.CAMERAS.items()},
+                       state=d["joint_position"], actions=np.zeros((n, 0, 8), np.float32),
+                       place=np.zeros(n, np.int8), grasp=np.zeros(n, bool),
+                       cube=d["cube_pose"][:, :3], gripper=d["gripper_pose"][:, :3], bowl=d["bowl_pose"][:, :3],
+                       cube_yaw=yaw(d["cube_pose"][:, 3:]), gripper_yaw=yaw(d["gripper_pose"][:, 3:]))
+
+
 class Demos:
     """The episodes of one split, loaded into memory; `refresh()` adds shards written since."""
 

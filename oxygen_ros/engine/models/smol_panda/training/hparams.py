@@ -32,7 +32,7 @@ class Stage1:
     aux_only_steps: int = 2000
     caption_batch: int = 4            # frames through the frozen SmolLM2 per step (the cost)
     aux_batch: int = 16               # frames through the encoder + auxiliary heads per step
-    start_frames: int = 3000          # start frames over other layouts, rendered once (start_frames.py)
+    start_frames: int = 3000          # start frames over other layouts, rendered once (tools/start_frames.py)
     start_share: float = 0.25         # of the heads' frames drawn from them
     lr: float = 1e-3
     weight_decay: float = 0.01

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..configuration import SMOL_PANDA
-from . import hparams as H, start_frames
+from . import hparams as H
 from .common import ensure_io, frame_inputs, frozen_backbone, training_model
-from .data import Demos
+from .data import Demos, load_start_frames
 from .run import Run, lr_at
 
 CENTRE = np.array([0.475, 0.0, 0.5], np.float32)     # the workspace's middle, metres
@@ -151,6 +151,10 @@ def narration_accuracy(results) -> dict:
             **{f"acc_{p}": (a / n if n else float("nan")) for p, (a, n) in per.items()}}
 
 
+def start_frames_path(root: Path) -> Path:
+    return Path(root) / "start_frames.npz"
+
+
 def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | None = None, cfg=SMOL_PANDA,
           until: int | None = None):
     """Run (or resume) stage 1 to `steps` (hparams'), or stop at `until` on that schedule."""
@@ -167,10 +171,11 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
     io = ensure_io(root, train_set, tok, cfg)
     starts = None
     if hp.start_frames:
-        path = Path(root) / "start_frames.npz"
+        path = start_frames_path(root)
         if not path.exists():
-            start_frames.render(path, hp.start_frames)
-        starts = Demos.of([start_frames.load(path)])
+            raise FileNotFoundError(f"{path} is missing: scripts/train_panda.py stage1 renders it "
+                                    "(tools/start_frames.py)")
+        starts = Demos.of([load_start_frames(path)])
     vis = model.vision
     with torch.no_grad():
         vis.projector.weight.mul_(hp.projector_init_scale)
