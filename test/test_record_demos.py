@@ -16,7 +16,9 @@ def test_record_demos_writes_a_shard_as_documented_and_resumes(tmp_path):
     run = subprocess.run([*SCRIPT, "--seeds", "7-7", "--out", str(out), "--image-size", "32"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "seed 7: 103 frames, success True" in run.stdout and "episodes/min" in run.stdout, run.stdout
+    from oxygen_ros.tools import scripted_expert as se
+    frames = 1 + round((sum(s for _, s in se.PHASES) + se.SETTLE_S) * se.ACTION_RATE_HZ)   # the plan, then settling
+    assert f"seed 7: {frames} frames, success True" in run.stdout and "episodes/min" in run.stdout, run.stdout
     d = np.load(out / "episode_7.npz")
     T = len(d["time_s"])
     for view in ("base", "left_wrist", "right_wrist"):
@@ -35,6 +37,7 @@ def test_record_demos_writes_a_shard_as_documented_and_resumes(tmp_path):
     assert d["grasp_contact"].any() and not d["grasp_contact"][0]
     phases = [str(d["phase_names"][i]) for i in d["phase"]]
     assert phases[0] == "pre_grasp" and phases[-1] == "done"
+    assert float(d["start_offset_m"]) == 0.0 and float(d["perturb_rad"]) == 0.0
     assert int(d["seed"]) == 7 and bool(d["success"]) and list(d["joint_names"])[-1] == "panda_finger_width"
     # a second run skips what is there
     again = subprocess.run([*SCRIPT, "--seeds", "7-7", "--out", str(out), "--image-size", "32"],
