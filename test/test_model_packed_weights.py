@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from oxygen_ros.engine.layers.blocks import ONEDNN_MAX_ROWS, ONEDNN_ROW_BUCKET, Packed, onednn_tiles, packed_groups
+from oxygen_ros.engine.layers.blocks import ONEDNN_EXACT_ROWS, ONEDNN_MAX_ROWS, Packed, onednn_tiles, packed_groups
 
 
 def _layers(seed=0, width=16):
@@ -90,16 +90,20 @@ def test_biased_layers_pack_with_their_biases_and_fuse_gelu(width):
     assert (packed.matmul(x)[:, 8:] > 50).all()
 
 
-def test_long_products_run_with_few_row_counts():
-    assert [onednn_tiles(m) for m in (1, 2, ONEDNN_ROW_BUCKET)] == [[1], [2], [ONEDNN_ROW_BUCKET]]
-    assert onednn_tiles(ONEDNN_ROW_BUCKET + 1) == [2 * ONEDNN_ROW_BUCKET]
-    assert onednn_tiles(245) == [256] and onednn_tiles(810) == [256, 256, 256, 64]
+def test_long_products_run_with_few_row_counts_and_little_padding():
+    assert [onednn_tiles(m) for m in (1, 2, ONEDNN_EXACT_ROWS)] == [[1], [2], [ONEDNN_EXACT_ROWS]]
+    assert onednn_tiles(33) == [40]            # a 33-token prompt: not 64 rows
+    assert [onednn_tiles(m) for m in (64, 65, 129, 245)] == [[64], [80], [160], [256]]
+    assert onednn_tiles(257) == [256, 32] and onednn_tiles(810) == [256, 256, 256, 48]
     sizes = set()
     for m in range(1, 4097):
         tiles = onednn_tiles(m)
-        assert m <= sum(tiles) < m + ONEDNN_ROW_BUCKET and max(tiles) <= ONEDNN_MAX_ROWS, m
+        padding = sum(tiles) - m
+        assert max(tiles) <= ONEDNN_MAX_ROWS, m
+        assert 0 <= padding < max(ONEDNN_EXACT_ROWS, m / 4), m     # under 25% past a tile of 32
+        assert padding == 0 or padding < tiles[-1] / 4 or tiles[-1] == ONEDNN_EXACT_ROWS, m
         sizes.update(tiles)
-    assert len(sizes) == ONEDNN_ROW_BUCKET + ONEDNN_MAX_ROWS // ONEDNN_ROW_BUCKET - 1
+    assert len(sizes) == ONEDNN_EXACT_ROWS + 12     # 40 48 56 64 80 96 112 128 160 192 224 256
 
 
 @pytest.mark.parametrize("gelu_tanh", [False, True])
