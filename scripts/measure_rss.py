@@ -7,7 +7,7 @@ node does (its malloc arena cap too; default config/demo.yaml: the smol profile,
 and a question every 10, and prints (or writes as JSON) the process's RSS (anonymous and
 file-backed), the weights' bytes (model.weight_bytes), the KV pool's bytes, the
 oneDNN-blocked copies' bytes, the parameters in ordinary memory and on a file, and
-RSS / (weights + KV pool).
+RSS / (weights + KV pool), also without what `import torch, numpy` alone holds (rss_imports_mb).
 
     nice -n 5 .venv/bin/python scripts/measure_rss.py                 # smol, 40 frames
     nice -n 5 .venv/bin/python scripts/measure_rss.py --params config/tiny.yaml --json out.json
@@ -77,6 +77,8 @@ def measure(params: Path, frames: int) -> dict:
     malloc_arenas.limit()          # as the node does before its threads start
     p = with_node_defaults(params_from_file(params))
     before = status_kb()
+    import numpy, torch  # noqa: F401  (what any engine process holds before it builds anything)
+    imports = status_kb()
     model, _, engine = build_engine(p)
     built = status_kb()
     run_frames(model, engine, frames)
@@ -84,12 +86,14 @@ def measure(params: Path, frames: int) -> dict:
     weights = model.weight_bytes()
     kv = engine.pool.bytes_total
     return {"params": str(params), "model": p["model"], "frames": frames,
-            "rss_start_mb": before["VmRSS"] / 1024, "rss_built_mb": built["VmRSS"] / 1024,
+            "rss_start_mb": before["VmRSS"] / 1024, "rss_imports_mb": imports["VmRSS"] / 1024,
+            "rss_built_mb": built["VmRSS"] / 1024,
             "rss_mb": after["VmRSS"] / 1024, "rss_anon_mb": after["RssAnon"] / 1024,
             "rss_file_mb": after["RssFile"] / 1024,
             "weights_mb": weights / MB, "kv_pool_mb": kv / MB,
             **{k.replace("_bytes", "_mb"): v / MB for k, v in layout_bytes(model).items()},
-            "rss_over_weights_and_kv": after["VmRSS"] * 1024 / (weights + kv)}
+            "rss_over_weights_and_kv": after["VmRSS"] * 1024 / (weights + kv),
+            "rss_past_imports_over_weights_and_kv": (after["VmRSS"] - imports["VmRSS"]) * 1024 / (weights + kv)}
 
 
 def main() -> None:
