@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         with PandaWorld() as world:
             world.set_layout(ps.layout(seed))
             executor = TrajectoryExecutor(world.names, world.q)
-            places, said, narr_right, closest = [], [], 0, np.inf
+            places, said, narr_right, closest, trace = [], [], 0, np.inf, []
             gen = torch.Generator().manual_seed(seed)
             for step in range(int(args.seconds * se.ACTION_RATE_HZ)):
                 t = step * dt
@@ -83,6 +83,9 @@ def main(argv=None) -> int:
                 if step % args.replan == 0:
                     chunk = runner.action(obs, torch.randn(10, 8, generator=gen)).float().numpy()
                     robot = io.actions(chunk, state)
+                    # where the arm is and what it asks the gripper to do, per chunk (--json)
+                    trace.append((round(t, 1), [round(float(v), 3) for v in f["gripper"][0]],
+                                  [round(float(v), 3) for v in f["cube"][0]], round(float(robot[0, 7]), 3)))
                     c = plan_chunk(robot, t, dt, now_s=t, with_velocities=True)
                     executor.receive(world.names, c.stamp_s, c.times, c.positions, c.velocities, now=t)
                 for k in range(int(round(dt / tick))):
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
                 spans.append([p, 0])
             spans[-1][1] += 1
         res = {"seed": seed, "success": ok, "final_place": places[-1], "places": spans,
-               "closest_gripper_cube_m": round(closest, 3), "narration_right": narr_right, "narrations": len(said), "said": said[:20],
+               "closest_gripper_cube_m": round(closest, 3), "narration_right": narr_right, "narrations": len(said), "said": said[:20], "trace": trace,
                "wall_s": round(time.time() - t0, 1)}
         results.append(res)
         print(json.dumps({k: res[k] for k in ("seed", "success", "final_place", "places", "closest_gripper_cube_m", "narration_right",

@@ -80,3 +80,20 @@ def test_world_ground_truth_frames_follow_the_layout_and_the_fingers():
         assert np.allclose(world.frames()["cube"][0], [*lay.cube_xy, ps.CUBE_REST_Z], atol=2e-3)
         assert not world.grasp_contact()
         assert cube_place.place(f["cube"][0], f["bowl"][0], grip) == "table"
+
+
+def test_a_cube_put_in_the_bowl_is_in_the_bowl_and_stays_there():
+    """put_cube: the cube where it is put (frames for narration off the demonstrations'
+    path); in the bowl it settles on the floor, and the place rule says bowl."""
+    from oxygen_ros.tools.panda_world import PandaWorld
+
+    lay = ps.layout(3)
+    with PandaWorld(layout=lay) as world:
+        world.put_cube((*lay.bowl_xy, ps.CUBE_REST_Z + 0.005), yaw=0.3)
+        f = world.frames()
+        assert np.allclose(f["cube"][0], [*lay.bowl_xy, ps.CUBE_REST_Z + 0.005], atol=1e-9)
+        assert np.allclose(f["cube"][1], [np.cos(0.15), 0, 0, np.sin(0.15)], atol=1e-9)
+        world.step(0.5)
+        f = world.frames()
+        assert np.linalg.norm(f["cube"][0][:2] - np.asarray(lay.bowl_xy)) < 0.01
+        assert cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0]) == "bowl"

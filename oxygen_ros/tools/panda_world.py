@@ -136,12 +136,16 @@ class PandaWorld:
         """Put the cube (at rest on the table, turned by cube_yaw) and the bowl where the
         layout says."""
         self.model.body_pos[self._bowl] = (*layout.bowl_xy, ps.TABLE_TOP)   # a static body: moved in the model
-        half = layout.cube_yaw / 2
-        self.data.qpos[self._cube_q:self._cube_q + 7] = (*layout.cube_xy, ps.CUBE_REST_Z,
-                                                         np.cos(half), 0.0, 0.0, np.sin(half))
+        self.put_cube((*layout.cube_xy, ps.CUBE_REST_Z), layout.cube_yaw)
+        self.layout = layout
+
+    def put_cube(self, position, yaw: float = 0.0) -> None:
+        """Put the cube's centre at `position` [x, y, z] (world frame, m), at rest and turned by
+        `yaw`; for frames no episode shows (the cube in the bowl while the arm reaches)."""
+        half = yaw / 2
+        self.data.qpos[self._cube_q:self._cube_q + 7] = (*position, np.cos(half), 0.0, 0.0, np.sin(half))
         self.data.qvel[self._cube_v:self._cube_v + 6] = 0.0
         mujoco.mj_forward(self.model, self.data)
-        self.layout = layout
 
     def gripper_position(self) -> np.ndarray:
         """The fingertips' centre [x, y, z] (world frame, m)."""
