@@ -314,18 +314,26 @@ def test_stage1_aux_targets_hold_the_cubes_turn_a_quarter_turn_periodic():
     assert np.allclose(turn[0], turn[1], atol=1e-5)    # a quarter turn apart: the same cube
 
 
-def test_start_frames_show_the_seeds_layouts_with_the_arm_at_its_start(tmp_path):
+def test_start_frames_show_the_seeds_layouts_with_the_arm_at_its_start_and_off_path(tmp_path):
     """Stage 1's start frames: one layout a frame from seeds START_SEED up (never a training or
-    held-out seed), the arm at READY or moved from it, the ground truth of what is rendered."""
-    from oxygen_ros.engine.models.smol_panda.training.data import load_start_frames
+    held-out seed), the arm at READY or moved from it, and frames no demonstration shows (the
+    arm carrying while the cube stays on the table; the arm reaching while the cube lies in
+    the bowl), with the ground truth of what is rendered and the cube's place by the rule."""
+    from oxygen_ros.engine.models.smol_panda.training.data import Demos, load_start_frames
     from oxygen_ros.tools import panda_scene as ps, start_frames
-    ep = load_start_frames(start_frames.render(tmp_path / "s.npz", 3, size=32))
-    assert start_frames.START_SEED > 1999 and start_frames.START_SEED + 3 < 900000
-    for i in range(3):
+    ep = load_start_frames(start_frames.render(tmp_path / "s.npz", 4, size=32, off_path_plans=1))
+    assert start_frames.START_SEED > 1999 and start_frames.START_SEED + 4 < 900000
+    for i in range(4):
         lay = ps.layout(start_frames.START_SEED + i)
-        assert np.allclose(ep.cube[i, :2], lay.cube_xy, atol=1e-5)
-        assert np.allclose(np.exp(1j * ep.cube_yaw[i]), np.exp(1j * lay.cube_yaw), atol=1e-5)
         assert np.allclose(ep.bowl[i, :2], lay.bowl_xy, atol=1e-5)
+        if i < 3:                                   # the cube where the layout put it
+            assert np.allclose(ep.cube[i, :2], lay.cube_xy, atol=1e-5)
+            assert np.allclose(np.exp(1j * ep.cube_yaw[i]), np.exp(1j * lay.cube_yaw), atol=1e-5)
     assert np.allclose(ep.state[0], ps.READY, atol=1e-5) and np.abs(ep.state[1, :7] - ps.READY[:7]).max() > 0.01
-    assert ep.images["base_0_rgb"].shape == (3, 32, 32, 3) and ep.images["base_0_rgb"].std() > 0
-    assert (ep.place == 0).all() and not ep.grasp.any()
+    assert ep.gripper[2, 2] > ps.CUBE_REST_Z + 0.05       # carrying high, the cube on the table
+    assert np.linalg.norm(ep.cube[3, :2] - ep.bowl[3, :2]) < ps.BOWL_INNER_RADIUS - ps.CUBE_HALF
+    assert list(ep.place) == [0, 0, 0, 2] and not ep.grasp.any()        # table, table, table, bowl
+    assert ep.images["base_0_rgb"].shape == (4, 32, 32, 3) and ep.images["base_0_rgb"].std() > 0
+    # captions drawn balanced over the places the start frames have: table and bowl alike
+    picks = Demos.of([ep]).sample(6, np.random.default_rng(0), balanced=True)
+    assert sorted(ep.place[picks].tolist()) == [0, 0, 0, 2, 2, 2]

@@ -62,13 +62,16 @@ def yaw(quat_wxyz: np.ndarray) -> np.ndarray:
 
 
 def load_start_frames(path: Path) -> Episode:
-    """tools/start_frames.py's frames as one pseudo-episode (each frame its own layout): the
-    cube on the table, no grasp, no actions (stage 1 does not read them)."""
+    """tools/start_frames.py's frames as one pseudo-episode (each frame its own layout): no
+    grasp, no actions (stage 1 does not read them); the cube's place as the file says (files
+    rendered before it said: all on the table)."""
     with np.load(path) as d:
         n = len(d["joint_position"])
+        place = (np.array([H.PLACES.index(str(p)) for p in d["place"]], np.int8) if "place" in d.files
+                 else np.zeros(n, np.int8))
         return Episode(seed=int(d["first_seed"]), images={slot: d[key] for slot, key in H.CAMERAS.items()},
                        state=d["joint_position"], actions=np.zeros((n, 0, 8), np.float32),
-                       place=np.zeros(n, np.int8), grasp=np.zeros(n, bool),
+                       place=place, grasp=np.zeros(n, bool),
                        cube=d["cube_pose"][:, :3], gripper=d["gripper_pose"][:, :3], bowl=d["bowl_pose"][:, :3],
                        cube_yaw=yaw(d["cube_pose"][:, 3:]), gripper_yaw=yaw(d["gripper_pose"][:, 3:]))
 
@@ -116,15 +119,14 @@ class Demos:
         return len(self.frames)
 
     def sample(self, n: int, gen: np.random.Generator, balanced: bool = False) -> np.ndarray:
-        """n frame indices; balanced: the three places equally often (the rarer ones, `bowl`,
-        would otherwise be a fifth of the captions)."""
+        """n frame indices; balanced: the places the split has equally often (the rarer ones,
+        `bowl`, would otherwise be a fifth of the captions)."""
         if not balanced:
             return gen.integers(0, len(self.frames), n)
-        out = []
-        for i in range(n):
-            pool = np.flatnonzero(self.places == i % 3)
-            out.append(pool[gen.integers(0, len(pool))] if len(pool) else gen.integers(0, len(self.frames)))
-        return np.array(out, dtype=np.int64)
+        present = np.unique(self.places)
+        pools = [np.flatnonzero(self.places == p) for p in present]
+        return np.array([pools[i % len(pools)][gen.integers(0, len(pools[i % len(pools)]))] for i in range(n)],
+                        dtype=np.int64)
 
 
 def pixels(images: list[np.ndarray]) -> torch.Tensor:

@@ -34,6 +34,8 @@ class Stage1:
     aux_batch: int = 16               # frames through the encoder + auxiliary heads per step
     start_frames: int = 3000          # start frames over other layouts, rendered once (tools/start_frames.py)
     start_share: float = 0.25         # of the heads' frames drawn from them
+    caption_start_share: float = 0.5  # of the caption frames drawn from them (places balanced: the
+                                      # off-path ones teach the words to follow the cube, not the arm)
     lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: int = 50

@@ -199,14 +199,19 @@ def train(root: Path, demo_dir: Path, steps: int | None = None, hp: H.Stage1 | N
         gen = np.random.default_rng([hp.seed, step])
         for g in opt.param_groups:
             g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
-        # the caption frames (places balanced) first, then more frames for the heads
+        # the caption frames (places balanced; a share of them start frames, the off-path ones
+        # among them) first, then more frames for the heads (a share of them start frames)
         nc = hp.caption_batch if step >= hp.aux_only_steps else 0
+        ncs = int(round(hp.caption_start_share * nc)) if starts is not None else 0
         ns = int(round(hp.start_share * (hp.aux_batch - nc))) if starts is not None else 0
-        idx = np.concatenate([train_set.sample(nc, gen, balanced=True), train_set.sample(hp.aux_batch - nc - ns, gen)])
-        pix, prompts, pairs = frame_inputs(train_set, idx, io)
-        if ns:                                   # the heads' share of start frames over other layouts
-            pix_s, _, pairs_s = frame_inputs(starts, starts.sample(ns, gen), io)
-            pix, pairs = torch.cat([pix, pix_s]), pairs + pairs_s
+        parts = [(train_set, train_set.sample(nc - ncs, gen, balanced=True)),
+                 (starts, starts.sample(ncs, gen, balanced=True) if ncs else []),
+                 (train_set, train_set.sample(hp.aux_batch - nc - ns, gen)),
+                 (starts, starts.sample(ns, gen) if ns else [])]
+        inputs = [frame_inputs(split, idx, io) for split, idx in parts if len(idx)]
+        pix = torch.cat([x[0] for x in inputs])
+        prompts = [p for x in inputs for p in x[1]]
+        pairs = [pair for x in inputs for pair in x[2]]
         t0 = time.time()
         feats = vis.features(pix)                                          # [B*C, 16, width]
         n_cam, tokens = len(H.CAMERAS), cfg.vision.tokens_per_image
