@@ -335,5 +335,6 @@ def test_start_frames_show_the_seeds_layouts_with_the_arm_at_its_start_and_off_p
     assert list(ep.place) == [0, 0, 0, 2] and not ep.grasp.any()        # table, table, table, bowl
     assert ep.images["base_0_rgb"].shape == (4, 32, 32, 3) and ep.images["base_0_rgb"].std() > 0
     # captions drawn balanced over the places the start frames have: table and bowl alike
-    picks = Demos.of([ep]).sample(6, np.random.default_rng(0), balanced=True)
-    assert sorted(ep.place[picks].tolist()) == [0, 0, 0, 2, 2, 2]
+    starts, gen = Demos.of([ep]), np.random.default_rng(0)
+    assert sorted(ep.place[starts.sample(6, gen, balanced=True)].tolist()) == [0, 0, 0, 2, 2, 2]
+    assert {int(ep.place[starts.sample(1, gen, balanced=True)][0]) for _ in range(20)} == {0, 2}

@@ -119,14 +119,15 @@ class Demos:
         return len(self.frames)
 
     def sample(self, n: int, gen: np.random.Generator, balanced: bool = False) -> np.ndarray:
-        """n frame indices; balanced: the places the split has equally often (the rarer ones,
-        `bowl`, would otherwise be a fifth of the captions)."""
+        """n frame indices; balanced: the places the split has in turn, from a random one (the
+        rarer ones, `bowl`, would otherwise be a fifth of the captions; and a batch smaller
+        than the places still meets them all over the steps)."""
         if not balanced:
             return gen.integers(0, len(self.frames), n)
-        present = np.unique(self.places)
-        pools = [np.flatnonzero(self.places == p) for p in present]
-        return np.array([pools[i % len(pools)][gen.integers(0, len(pools[i % len(pools)]))] for i in range(n)],
-                        dtype=np.int64)
+        pools = [np.flatnonzero(self.places == p) for p in np.unique(self.places)]
+        first = gen.integers(len(pools))
+        turns = [pools[(first + i) % len(pools)] for i in range(n)]
+        return np.array([pool[gen.integers(len(pool))] for pool in turns], dtype=np.int64)
 
 
 def pixels(images: list[np.ndarray]) -> torch.Tensor:
