@@ -14,8 +14,6 @@ import argparse
 import numpy as np
 
 VIEWS = {"base_0_rgb": "base", "left_wrist_0_rgb": "left_wrist"}
-CASES = (("arm carrying, cube on the table", ("lift", "carry", "lower", "release"), False),
-         ("arm reaching, cube in the bowl", ("pre_grasp", "align", "descend"), True))
 FIRST_SEED = 900100          # evaluation seeds: never in training
 
 
@@ -34,15 +32,19 @@ def main() -> int:
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
     from oxygen_ros.tools.panda_world import PandaWorld
+    from oxygen_ros.tools.start_frames import CARRYING, REACHING
+
+    # the off-path kinds stage 1's start frames teach (tools/start_frames.py), on other layouts
+    cases = (("arm carrying, cube on the table", CARRYING, False), ("arm reaching, cube in the bowl", REACHING, True))
 
     torch.set_num_threads(1)
     model, tok = load_model("smol-panda", checkpoint=args.checkpoint)
     io = policy_io(args.checkpoint, tok, model.cfg)
     runner = IsolatedRunner(model, tok)
     rng = np.random.default_rng(0)
-    tally = {name: [0, 0] for name, _, _ in CASES}
+    tally = {name: [0, 0] for name, _, _ in cases}
     for i in range(args.frames):
-        name, phases, in_bowl = CASES[i % 2]
+        name, phases, in_bowl = cases[i % 2]
         seed = FIRST_SEED + i
         with PandaWorld() as world:
             layout = ps.layout(seed)

@@ -7,8 +7,8 @@ alone). Read by training/data.load_start_frames.
 
 Rendered once into one .npz (about 65 ms a layout): layouts from seeds START_SEED up (a free
 range: neither training demonstrations, 1000-1999, nor held out, 900000 up), the arm at
-READY or, every other frame, at a start up to `offset_m` away (scripted_expert.start_pose, as
-record_demos --start-offset); keys as a demonstration's (image_<view>, joint_position,
+READY or at a start up to `offset_m` away (scripted_expert.start_pose, as record_demos
+--start-offset), or off the path (below); keys as a demonstration's (image_<view>, joint_position,
 cube_pose, bowl_pose, gripper_pose, place: the cube's place by tools/cube_place) and first_seed.
 
 With `off_path_plans` (the default), half of the frames show what no demonstration does, so the
