@@ -338,3 +338,45 @@ def test_start_frames_show_the_seeds_layouts_with_the_arm_at_its_start_and_off_p
     starts, gen = Demos.of([ep]), np.random.default_rng(0)
     assert sorted(ep.place[starts.sample(6, gen, balanced=True)].tolist()) == [0, 0, 0, 2, 2, 2]
     assert {int(ep.place[starts.sample(1, gen, balanced=True)][0]) for _ in range(20)} == {0, 2}
+
+
+def _kv_store(directory, frames, seed):
+    """A stage-2 K/V store in kvcache's layout, random values, shaped for SMALL."""
+    import json
+    bb, rng = SMALL.backbone, np.random.default_rng(seed)
+    shape = (2, bb.depth, bb.num_kv_heads, 12, bb.head_dim)
+    directory.mkdir(parents=True)
+    rng.standard_normal((frames, *shape)).astype(np.float16).tofile(directory / "kv.f16")
+    np.save(directory / "lengths.npy", rng.integers(6, 13, frames).astype(np.int16))
+    np.save(directory / "actions.npy", rng.standard_normal((frames, SMALL.expert.horizon, 8)).astype(np.float32))
+    (directory / "meta.json").write_text(json.dumps({"frames": frames, "shape": list(shape), "done": frames,
+                                                     "frame_index": [[1000 + i, i % 20] for i in range(frames)]}))
+
+
+def test_kv_store_reads_frames_in_any_order_as_its_memory_map_holds_them(tmp_path):
+    from oxygen_ros.engine.models.smol_panda.training.kv_cache import KVStore
+    _kv_store(tmp_path / "train_0", 9, seed=3)
+    store = KVStore(tmp_path / "train_0")
+    idx = np.array([7, 2, 2, 8, 0])
+    assert np.array_equal(store.read(idx), store.kv[idx])
+    ks, vs, lengths, actions = store.batch(idx, extra=4)
+    assert ks[1].shape[2] == 12 + 4 and not ks[1][:, :, 12:].any()
+    assert torch.equal(vs[1][:, :, :12], torch.from_numpy(store.kv[idx][:, 1, 1].astype(np.float32)))
+
+
+def test_stage2_resumed_trains_as_one_run_with_its_batches_fetched_ahead(tmp_path):
+    """Each step's batch is drawn from its step's seed, so fetching it beside the previous
+    step, or stopping and resuming, gives the same losses step for step."""
+    import json
+
+    from oxygen_ros.engine.models.smol_panda.training.stage2 import train
+    for root in (tmp_path / "a", tmp_path / "b"):
+        _kv_store(root / "kv" / "train_0", 16, seed=1)
+        _kv_store(root / "kv" / "val", 4, seed=2)
+    hp = lambda: H.Stage2(batch=3, checkpoint_every=2, eval_every=100, warmup=1)
+    train(tmp_path / "a", steps=4, hp=hp(), cfg=SMALL)
+    train(tmp_path / "b", steps=4, hp=hp(), cfg=SMALL, until=2)
+    train(tmp_path / "b", steps=4, hp=hp(), cfg=SMALL)
+    flows = [[r["flow"] for r in map(json.loads, (root / "stage2" / "log.jsonl").read_text().splitlines())
+              if r["kind"] == "step"] for root in (tmp_path / "a", tmp_path / "b")]
+    assert len(flows[0]) == 4 and flows[0] == flows[1]

@@ -51,14 +51,24 @@ class KVStore:
         self.actions = np.load(self.dir / "actions.npy")
         self.done = self.meta["done"]
 
+    def read(self, idx: np.ndarray) -> np.ndarray:
+        """The frames' raw fp16 K/V, read in file order with plain reads: they release the GIL
+        (a memory map's page faults do not), so stage 2 can fetch the next batch beside a step."""
+        out = np.empty((len(idx), *self.kv.shape[1:]), dtype=np.float16)
+        size = out[0].nbytes
+        with open(self.dir / "kv.f16", "rb", buffering=0) as f:
+            for j in np.argsort(idx, kind="stable"):
+                f.seek(int(idx[j]) * size)
+                if f.readinto(memoryview(out[j]).cast("B")) != size:
+                    raise OSError(f"{self.dir / 'kv.f16'}: frame {idx[j]} is cut short")
+        return out
+
     def batch(self, idx: np.ndarray, extra: int = 0):
         """(K, V) as float32 [depth][B, kv_heads, max_len + extra, head_dim] lists (one tensor a
         layer; the `extra` positions zero: room for the action tokens' K/V), lengths [B],
         actions [B, H, D]."""
         idx = np.asarray(idx)
-        order = np.argsort(idx)
-        raw = torch.from_numpy(np.ascontiguousarray(self.kv[idx[order]]))       # sorted: sequential reads
-        raw = raw[torch.from_numpy(np.argsort(order))]
+        raw = torch.from_numpy(self.read(idx))
         b, _, depth, kvh, span, d = raw.shape
         ks, vs = [], []
         for i in range(depth):

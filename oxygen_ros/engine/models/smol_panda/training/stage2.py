@@ -4,6 +4,7 @@ stay as they are, so no gradient reaches them and no prefix is recomputed."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -94,18 +95,26 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
           f"expert {sum(p.numel() for p in expert.parameters()) / 1e6:.1f}M parameters", flush=True)
     step = run.step0
     stop = min(hp.steps, until or hp.steps)
-    while step < stop:
+
+    def fetch(step):
+        """Step `step`'s batch (its draw seeded by the step alone, so fetching it ahead changes nothing)."""
         gen = np.random.default_rng([hp.seed, step])
+        mass = np.array([w.sum() for w in weights])
+        k = gen.choice(len(parts), p=mass / mass.sum())                 # a batch from one part (one max_len)
+        part = parts[k]
+        return part, part.batch(gen.choice(part.done, hp.batch, p=weights[k] / mass[k]), extra=cfg.expert.horizon)
+
+    # the next batch is read while this step computes (the reads are ~1/3 of a step from disk)
+    ahead = ThreadPoolExecutor(1)
+    pending = ahead.submit(fetch, step)
+    while step < stop:
         tgen = torch.Generator().manual_seed(hp.seed * 1_000_003 + step)
         torch.manual_seed(hp.seed * 1_000_003 + step)          # Beta's sampler draws from the global RNG
         for g in opt.param_groups:
             g["lr"] = lr_at(step, hp.lr, hp.warmup, hp.steps)
         t0 = time.time()
-        mass = np.array([w.sum() for w in weights])
-        k = gen.choice(len(parts), p=mass / mass.sum())                 # a batch from one part (one max_len)
-        part = parts[k]
-        ks, vs, lengths, actions = part.batch(gen.choice(part.done, hp.batch, p=weights[k] / mass[k]),
-                                              extra=cfg.expert.horizon)
+        part, (ks, vs, lengths, actions) = pending.result()
+        pending = ahead.submit(fetch, step + 1)
         t_data = time.time() - t0
         loss = flow_loss(expert, rope, actions, ks, vs, lengths, tgen, hp.time_beta, span=part.meta["shape"][3])
         opt.zero_grad(set_to_none=True)
@@ -123,8 +132,10 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
             # a `kvcache` run beside this one may have stored more frames: use them from now on
             fresh, fresh_sizes = load_parts(root)
             if fresh_sizes.sum() > sizes.sum():
+                pending.result()                     # drawn from the old parts: draw it again
                 parts, sizes = fresh, fresh_sizes
                 weights = frame_weights(parts, hp.early_frames, hp.early_share)
+                pending = ahead.submit(fetch, step)
                 print(f"  now {int(sizes.sum())} frames in {len(parts)} part(s)", flush=True)
         if (step % hp.eval_every == 0 or step == stop) and val.done:
             expert.eval()
@@ -132,4 +143,5 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
             expert.train()
             run.log({"kind": "eval", "step": step, "time": time.time(), **ev})
             print(f"  eval @ {step}: {ev}", flush=True)
+    ahead.shutdown(cancel_futures=True)
     return run
