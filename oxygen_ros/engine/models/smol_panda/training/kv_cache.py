@@ -114,6 +114,7 @@ def build_split(root: Path, demos: Demos, frames: np.ndarray | None, out: Path, 
     images = len(H.CAMERAS) * cfg.vision.tokens_per_image
     kv = np.memmap(out / "kv.f16", dtype=np.float16, mode="r+", shape=(len(frames), *shape))
     t0, start = time.time(), meta["done"]
+    began = t0
     for lo in range(start, len(frames), batch):
         idx = frames[lo:lo + batch]
         with torch.inference_mode():
@@ -137,7 +138,7 @@ def build_split(root: Path, demos: Demos, frames: np.ndarray | None, out: Path, 
             t0 = time.time()
             meta_path.write_text(json.dumps(meta))
             print(f"kv {out.name}: {meta['done']}/{len(frames)} frames  "
-                  f"{(meta['done'] - start) / max(meta['seconds'], 1e-9):.2f} frames/s", flush=True)
+                  f"{(meta['done'] - start) / max(time.time() - began, 1e-9):.2f} frames/s", flush=True)
     kv.flush()
     meta_path.write_text(json.dumps(meta))
 
