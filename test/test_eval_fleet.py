@@ -4,7 +4,7 @@ peer that plays oxygen_node: it answers one robot's observation, then the other'
 (and the first robot's next observation) must wait until every robot has acted on the
 current sim time; else the robots drift apart, a lagging robot's inputs go stale on the
 shared clock and it never gets another chunk (what `oxygen eval --robots 2` did). The run
-is a --blackout one: both sims' cameras are black."""
+is a --cameras off one: both sims' cameras are black."""
 import time
 from pathlib import Path
 

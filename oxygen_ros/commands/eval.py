@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtc", choices=("off", "guided"), default=None, help="RTC mode (default: the params file's)")
     p.add_argument("--robots", type=int, default=0, metavar="N",
                    help="fleet mode: one node serves N robots, each with its own sim and seed")
-    p.add_argument("--blackout", action="store_true", help="the cameras publish black images")
+    p.add_argument("--cameras", choices=("on", "off"), default="on",
+                   help="off: the sims publish black camera images (do the words come from the image?)")
     p.add_argument("--duration", type=float, default=20.0, help="episode seconds after the first frame")
     p.add_argument("--settle", type=float, default=1.0,
                    help="an episode ends early once the cube has been in the bowl this long")
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     questions = args.questions_every or (5.0 if args.language == "questions" else 0.0)
     opts = ev.Options(params=params, seeds=seeds, out=out.resolve(), clock=args.clock,
                       language="off" if args.language == "off" else "on", questions_every_s=questions,
-                      rtc=args.rtc or "", robots=args.robots, blackout=args.blackout, duration_s=args.duration,
+                      rtc=args.rtc or "", robots=args.robots, blackout=args.cameras == "off", duration_s=args.duration,
                       settle_s=args.settle, rate_hz=args.rate, image_size=args.image_size,
                       record_cameras=args.record_cameras, startup_timeout_s=args.startup_timeout,
                       episode_timeout_s=args.episode_timeout)
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
           f"language {opts.language}" + (f" (a question every {questions:g} s)" if questions else "")
           + f", RTC {evaluation.params.get('rtc_mode')}"
           + (f", {len(evaluation.robot_names)} robots" if args.robots else "")
-          + (", cameras blacked out" if args.blackout else "")
+          + (", cameras off (black images)" if args.cameras == "off" else "")
           + f"; DDS domain {domain}, localhost only; output {opts.out}", flush=True)
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
