@@ -197,7 +197,7 @@ def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
 
     out = tmp_path / "eval"
     proc = subprocess.run([sys.executable, "-m", "oxygen_ros.cli", "eval", "--params", "config/tiny.yaml",
-                           "--seeds", "900000", "--clock", "sim", "--duration", "1.5", "--rate", "10",
+                           "--seeds", "900000", "--clock", "sim", "--duration", "1.5",
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240,
                           env=peer_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -205,6 +205,7 @@ def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
     r = json.loads((out / "eval.json").read_text())
     e = r["episodes"][0]
     assert r["clock"] == "sim" and r["sim_period_s"] == pytest.approx(0.1)
+    assert r["node_control_rate_hz"] == 10.0 and "measured frames" not in proc.stdout   # no rate measuring
     assert not e.get("error") and e["success"] is False and e["final_place"] == "table"
     assert e["length_s"] == pytest.approx(1.5, abs=0.11)       # sim time, cut at the duration
     assert e["frames"] >= 15 and e["tf_messages"] > 0

@@ -37,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--settle", type=float, default=1.0,
                    help="an episode ends early once the cube has been in the bowl this long")
     p.add_argument("--rate", type=float, default=0.0, metavar="HZ",
-                   help="the node's wall-clock rate (0: measured as `oxygen demo` does); with --clock sim the "
-                        "sim time per chunk stays the params file's period")
+                   help="the node's wall-clock rate (0: with --clock sim and one robot, 10 Hz ticks that act on each "
+                        "observation as soon as the sim publishes it; otherwise measured as `oxygen demo` does); "
+                        "with --clock sim the sim time per chunk stays the params file's period")
     p.add_argument("--image-size", type=int, default=128, help="simulated camera images (px)")
     p.add_argument("--record-cameras", action="store_true", help="bags also hold the camera frames (videos)")
     p.add_argument("--out", help="output folder (default: out/eval-<date-time>)")

@@ -25,6 +25,7 @@ from .eval_scoring import episode_line, score_bag, summarize
 from .sim_robots import SimRobot, fleet_robot_names
 
 MATCH_TIMEOUT_S = 20.0
+SIM_CLOCK_TICK_HZ = 10.0      # one robot on the sim clock: the node's wall ticks (its compute paces it)
 
 
 # -- running episodes ---------------------------------------------------------------------------
@@ -248,6 +249,11 @@ class Evaluation:
         # (else the node acts on the same observation twice: repeated_observation_frames)
         if o.rate_hz > 0:
             self.rate_hz = o.rate_hz
+        elif o.clock == "sim" and len(robots) == 1:
+            # one lock-step robot: tick fast and act on each observation as soon as it comes (a
+            # tick without a new one does nothing); a fleet's ticks keep the measured spacing so
+            # its robots' observations, published together, land in one frame
+            self.rate_hz = SIM_CLOCK_TICK_HZ
         elif not self.episodes and not self._measured:
             self._measure_rate()
         awaits = []
