@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The trained policy's evaluation figures (issue 41, docs/benchmark.md "The trained policy"):
+# every `oxygen eval` run the figures come from, one after another, each into OUT/<name>/.
+# A run whose eval.json exists is skipped, so the script resumes where a stopped one left
+# (each run takes 20-60 min on the 2-core dev machine; all of them about 3 hours).
+#
+#   scripts/eval_policy.sh [PARAMS_YAML] [OUT] [RUN ...]
+#
+# PARAMS_YAML: the node's params (default config/smol_panda.yaml: the shipped weights);
+# OUT: default out/eval_policy; RUN: a subset of the names below (default: all, in order).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+params=${1:-config/smol_panda.yaml}
+out=${2:-out/eval_policy}
+shift $(( $# > 2 ? 2 : $# ))
+eval_cmd=(.venv/bin/oxygen eval --params "$params")
+
+declare -A runs=(
+  [sim]="--seeds 900000-900049 --clock sim"
+  [sim_cameras_off]="--seeds 900000-900049 --clock sim --cameras off"
+  [sim_language_off]="--seeds 900000-900049 --clock sim --language off"
+  [sim_questions]="--seeds 900000-900049 --clock sim --language questions"
+  [wall_rtc_off]="--seeds 900100-900129 --clock wall --rtc off"
+  [wall_rtc_guided]="--seeds 900100-900129 --clock wall --rtc guided"
+  [fleet3]="--seeds 900200-900259 --clock sim --robots 3"
+  [single_as_fleet]="--seeds 900200-900259 --clock sim"
+)
+order=(sim sim_cameras_off sim_language_off sim_questions wall_rtc_off wall_rtc_guided fleet3 single_as_fleet)
+(( $# )) && order=("$@")
+
+for name in "${order[@]}"; do
+  [[ -n "${runs[$name]:-}" ]] || { echo "eval_policy.sh: no run named $name (runs: ${!runs[*]})" >&2; exit 2; }
+  if [[ -f "$out/$name/eval.json" ]]; then
+    echo "== $name: done ($out/$name/eval.json)"
+    continue
+  fi
+  rm -rf "${out:?}/$name"
+  echo "== $name: oxygen eval ${runs[$name]}"
+  # shellcheck disable=SC2086  # the run's arguments split on purpose
+  "${eval_cmd[@]}" ${runs[$name]} --out "$out/$name"
+done
