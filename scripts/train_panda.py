@@ -32,29 +32,37 @@ def main(argv=None) -> int:
     ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
     ap.add_argument("--every", type=int, default=0,
                     help="narrate: every k-th frame of every held-out episode instead of a balanced sample")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads of stage1 / kvcache / stage2 (default: hparams.py's, 1: the other core "
+                         "stays free; 2 on an otherwise idle 2-core machine)")
     args = ap.parse_args(argv)
     root, demos = Path(args.root), Path(args.demos)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    from oxygen_ros.engine.models.smol_panda.training import hparams as H
     from oxygen_ros.engine.models.smol_panda.training import stage1
 
+    def with_threads(hp):
+        if args.threads:
+            hp.threads = args.threads
+        return hp
+
     if args.command == "stage1":
-        from oxygen_ros.engine.models.smol_panda.training.hparams import Stage1
         from oxygen_ros.tools import start_frames
 
         starts = stage1.start_frames_path(root)
-        if Stage1().start_frames and not starts.exists():     # rendered once, before the stage's first step
+        if H.Stage1().start_frames and not starts.exists():     # rendered once, before the stage's first step
             root.mkdir(parents=True, exist_ok=True)
-            start_frames.render(starts, Stage1().start_frames)
-        stage1.train(root, demos, args.steps, until=args.until)
+            start_frames.render(starts, H.Stage1().start_frames)
+        stage1.train(root, demos, args.steps, hp=with_threads(H.Stage1()), until=args.until)
     elif args.command == "narrate":
         from oxygen_ros.engine.models.smol_panda.training.evaluate import narration_report
         narration_report(root, demos, args.frames, every=args.every)
     elif args.command == "kvcache":
         from oxygen_ros.engine.models.smol_panda.training import kv_cache
-        kv_cache.build(root, demos)
+        kv_cache.build(root, demos, hp=with_threads(H.Stage2()))
     elif args.command == "stage2":
         from oxygen_ros.engine.models.smol_panda.training import stage2
-        stage2.train(root, args.steps, until=args.until)
+        stage2.train(root, args.steps, hp=with_threads(H.Stage2()), until=args.until)
     elif args.command == "export":
         from oxygen_ros.engine.models.smol_panda.training import export
         export.export(root, Path(args.out) if args.out else root / "checkpoint")
