@@ -16,13 +16,15 @@ from pathlib import Path
 
 
 def records(run: Path) -> tuple[dict, dict]:
-    """({step: step record}, {step: eval record}) from a run's log.jsonl; a step logged again
-    after a resume counts as its last record."""
+    """({step: step record}, {step: its evaluations' figures merged}) from a run's log.jsonl;
+    a step logged again after a resume counts as its last record."""
     steps, evals = {}, {}
     for line in (run / "log.jsonl").read_text().splitlines():
         r = json.loads(line)
-        if r.get("kind") in ("step", "eval"):
-            (steps if r["kind"] == "step" else evals)[r["step"]] = r
+        if r.get("kind") == "step":
+            steps[r["step"]] = r
+        elif r.get("kind") == "eval":
+            evals.setdefault(r["step"], {}).update(r)
     return steps, evals
 
 
