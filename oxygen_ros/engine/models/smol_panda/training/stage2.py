@@ -128,7 +128,6 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
             run.progress(step, {"flow": loss.item()}, f"(data {t_data:.2f} s)")
         if step % hp.checkpoint_every == 0 or step == stop:
             run.save({"step": step, "expert": expert.state_dict(), "opt": opt.state_dict()})
-            run.plot("stage 2: flow matching of the action expert on stored prefix K/V")
             # a `kvcache` run beside this one may have stored more frames: use them from now on
             fresh, fresh_sizes = load_parts(root)
             if fresh_sizes.sum() > sizes.sum():
@@ -143,5 +142,7 @@ def train(root: Path, steps: int | None = None, hp: H.Stage2 | None = None, cfg=
             expert.train()
             run.log({"kind": "eval", "step": step, "time": time.time(), **ev})
             print(f"  eval @ {step}: {ev}", flush=True)
+        if step % hp.checkpoint_every == 0 or step == stop:        # after the evaluation: the curve has it
+            run.plot("stage 2: flow matching of the action expert on stored prefix K/V")
     ahead.shutdown(cancel_futures=True)
     return run
