@@ -26,6 +26,9 @@ def test_seeds_interval_and_place_words():
     assert ev.named_places("The cube is in the Bowl.") == {"bowl"}
     assert ev.named_places("from the table to the gripper") == {"table", "gripper"}
     assert ev.named_places("tablecloth, bowling") == set()
+    held = {"robot": "", "seed": 900023, "success": False, "final_place": "gripper", "length_s": 20.0,
+            "frames": 40, "narrations": 0, "wall_s": 30.0}
+    assert "failure (ends in the gripper)" in ev.episode_line(24, 50, held)
 
 
 @pytest.fixture(scope="module")

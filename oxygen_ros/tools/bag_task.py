@@ -60,4 +60,4 @@ def format_task(task: dict | None) -> str:
     if task is None:
         return "cube: no ground truth in the bag (/tf from `oxygen sim`); success: unknown"
     runs = ", ".join(f"{s['place']} {s['start_s']:.1f}-{s['end_s']:.1f} s" for s in task["places"])
-    return f"cube: {runs}; success: {'yes' if task['success'] else 'no'} (ends on the {task['final_place']})"
+    return f"cube: {runs}; success: {'yes' if task['success'] else 'no'} (ends {cube_place.where(task['final_place'])})"

@@ -17,6 +17,13 @@ import numpy as np
 from . import panda_scene as ps
 
 PLACES = ("table", "gripper", "bowl")
+
+
+def where(place_name: str) -> str:
+    """'on the table', 'in the gripper', 'in the bowl'."""
+    return f"{'on' if place_name == 'table' else 'in'} the {place_name}"
+
+
 GRIP_DISTANCE = 0.04
 LIFT = 0.01
 

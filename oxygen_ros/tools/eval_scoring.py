@@ -172,7 +172,7 @@ def episode_line(i: int, total: int, e: dict) -> str:
     if e.get("error"):
         return f"[{i}/{total}] {e['robot'] + ' ' if e['robot'] else ''}seed {e['seed']}: no result: {e['error']}"
     how = (f"success (in the bowl from {e['time_to_success_s']:.1f} s)" if e["success"]
-           else f"failure (ends on the {e['final_place']})")
+           else f"failure (ends {cube_place.where(e['final_place'])})")
     narr = (f"narration {e['narrations_right']}/{e['narrations']} right" if e["narrations"] else "no narration")
     return (f"[{i}/{total}] {e['robot'] + ' ' if e['robot'] else ''}seed {e['seed']}: {how}, "
             f"{e['length_s']:.1f} s, {e['frames']} frames, {narr}, {e['wall_s']:.1f} s wall")
