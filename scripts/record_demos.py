@@ -21,7 +21,7 @@ A shard out/demos/episode_<seed>.npz (np.savez_compressed) holds, for T frames:
   grasp_contact   bool [T]          the cube touches both fingers
   phase           int8 [T]          index into phase_names (the expert's phase of the task)
   place           int8 [T]          index into place_names (tools/cube_place.py: table, gripper, bowl)
-  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), start_offset_m (0: READY), phase_names, place_names, joint_names, format_version
+  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), perturb_phases, start_offset_m (0: READY), phase_names, place_names, joint_names, format_version
 Seeds already recorded are skipped, so a stopped run resumes.
 """
 import argparse
@@ -41,10 +41,12 @@ def seed_range(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
-def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0, start_offset_m: float = 0.0) -> tuple[dict, bool]:
+def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0, start_offset_m: float = 0.0,
+                   perturb_phases: tuple = ()) -> tuple[dict, bool]:
     """One episode's arrays (the shard's keys) and its success; perturb_rad > 0: DART-style
     offsets of that size on the executed chunks (scripted_expert.Perturbation, seeded by the
-    episode's seed), the recorded chunks the plan's; start_offset_m > 0: the arm starts with
+    episode's seed), the recorded chunks the plan's, in `perturb_phases` only if given
+    (Perturbation.confine) else in the free-space phases; start_offset_m > 0: the arm starts with
     its gripper moved from READY's by up to that much in x and y and half of it in z
     (uniform, seeded by the episode's seed), pointing down."""
     from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
@@ -68,7 +70,11 @@ def record_episode(world, seed: int, size: int, perturb_rad: float = 0.0, start_
         rows["phase"].append(se.PHASE_NAMES.index(phase))
         rows["place"].append(cube_place.PLACES.index(cube_place.place(f["cube"][0], f["bowl"][0], f["gripper"][0])))
 
-    perturb = se.Perturbation(np.random.default_rng([seed, 7]), perturb_rad) if perturb_rad > 0 else None
+    perturb = None
+    if perturb_rad > 0:
+        perturb = se.Perturbation(np.random.default_rng([seed, 7]), perturb_rad)
+        if perturb_phases:
+            perturb.phases, perturb.confine = tuple(perturb_phases), True
     placed = start_offset_m > 0
     if placed:                                   # rollout then plans from where the arm is
         world.set_layout(ps.layout(seed))
@@ -90,12 +96,18 @@ def main() -> int:
     ap.add_argument("--perturb", type=float, default=0.0, metavar="RAD",
                     help="DART-style noise: now and then offset the executed arm joints by about RAD "
                          "(normal) for 0.5 s in the free-space phases, labels stay the plan's (0: off)")
+    ap.add_argument("--perturb-phases", type=lambda s: tuple(s.split(",")), default=(), metavar="P,Q",
+                    help="with --perturb: offsets only in these expert phases, ended when they end "
+                         "(e.g. align,descend: the gripper comes down off the cube and is led back)")
     ap.add_argument("--start-offset", type=float, default=0.0, metavar="M",
                     help="start the arm away from READY: the gripper moved up to M in x and y, M/2 in z "
                          "(uniform, seeded), pointing down (0: from READY)")
     ap.add_argument("--keep-failures", action="store_true",
                     help="also write episodes the expert failed (success=False in the shard)")
     args = ap.parse_args()
+    from oxygen_ros.tools import scripted_expert as se
+    if unknown := [p for p in args.perturb_phases if p not in se.PHASE_NAMES]:
+        ap.error(f"--perturb-phases: no phase {', '.join(unknown)} (phases: {', '.join(se.PHASE_NAMES)})")
     if any(s >= HELD_OUT_FROM for s in args.seeds):
         print(f"record_demos: seeds from {HELD_OUT_FROM} up are held out for evaluation", file=sys.stderr)
         return 2
@@ -112,7 +124,8 @@ def main() -> int:
     for seed in todo:
         t0 = time.monotonic()
         with PandaWorld() as world:          # fresh physics; its renderers closed at the end
-            arrays, success = record_episode(world, seed, args.image_size, args.perturb, args.start_offset)
+            arrays, success = record_episode(world, seed, args.image_size, args.perturb, args.start_offset,
+                                             args.perturb_phases)
         done += 1
         if not success:
             failed += 1
@@ -121,7 +134,8 @@ def main() -> int:
                 continue
         meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(se.ACTION_RATE_HZ),
                 "image_size": np.int64(args.image_size), "perturb_rad": np.float64(args.perturb),
-                "start_offset_m": np.float64(args.start_offset), "phase_names": np.array(se.PHASE_NAMES),
+                "start_offset_m": np.float64(args.start_offset),
+                "perturb_phases": np.array(args.perturb_phases or se.Perturbation.phases), "phase_names": np.array(se.PHASE_NAMES),
                 "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
                 "format_version": np.int64(FORMAT_VERSION)}
         tmp = out / f".episode_{seed}.tmp.npz"

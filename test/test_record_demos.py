@@ -38,6 +38,7 @@ def test_record_demos_writes_a_shard_as_documented_and_resumes(tmp_path):
     phases = [str(d["phase_names"][i]) for i in d["phase"]]
     assert phases[0] == "pre_grasp" and phases[-1] == "done"
     assert float(d["start_offset_m"]) == 0.0 and float(d["perturb_rad"]) == 0.0
+    assert tuple(d["perturb_phases"]) == se.Perturbation.phases
     assert int(d["seed"]) == 7 and bool(d["success"]) and list(d["joint_names"])[-1] == "panda_finger_width"
     # a second run skips what is there
     again = subprocess.run([*SCRIPT, "--seeds", "7-7", "--out", str(out), "--image-size", "32"],
@@ -49,4 +50,11 @@ def test_record_demos_refuses_held_out_seeds(tmp_path):
     run = subprocess.run([*SCRIPT, "--seeds", "899999-900000", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 2 and "held out" in run.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_record_demos_names_the_phases_when_perturb_phases_has_a_wrong_one(tmp_path):
+    run = subprocess.run([*SCRIPT, "--seeds", "7-7", "--out", str(tmp_path), "--perturb", "0.04",
+                          "--perturb-phases", "align,grasp"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 2 and "no phase grasp" in run.stderr and "descend" in run.stderr, run.stderr
     assert not list(tmp_path.iterdir())

@@ -66,6 +66,36 @@ def test_perturbed_rollout_leaves_the_path_records_the_plan_and_still_succeeds(w
     assert max(off_path) > 0.04        # the arm really left the path (clean: ~0.01 rad of lag)
 
 
+def test_perturbation_confined_to_the_approach_moves_the_gripper_off_the_cube_and_stops_before_close(world):
+    """record_demos --perturb-phases align,descend: offsets only while the gripper comes down
+    to the cube (none carried into close, where a slip would cost the grasp), the gripper
+    then really is a centimetre or more off the clean path, and the task still succeeds."""
+    seed = 3
+    clean = []
+    se.rollout(world, seed, on_frame=lambda step, t, chunk, phase: clean.append(world.frames()["gripper"][0].copy()))
+    perturb = se.Perturbation(np.random.default_rng([seed, 7]), sigma_rad=0.04, chance=0.5, hold_frames=4,
+                              phases=("align", "descend"), confine=True)
+    applied, off = [], []
+    real_offset = perturb.offset
+
+    def logged(phase):
+        o = real_offset(phase)
+        applied.append((phase, float(np.abs(o).max())))
+        return o
+
+    perturb.offset = logged
+
+    def on_frame(step, t, chunk, phase):
+        if phase in ("align", "descend", "close"):
+            off.append(np.linalg.norm(world.frames()["gripper"][0][:2] - clean[step][:2]))
+
+    ep = se.rollout(world, seed, on_frame=on_frame, perturb=perturb)
+    assert {ph for ph, size in applied if size > 0} <= {"align", "descend"}
+    assert any(size > 0 for ph, size in applied if ph == "descend")
+    assert max(off) > 0.01                 # metres, horizontally: off the cube as the policy is
+    assert ep.success and ep.grasped
+
+
 def test_a_start_away_from_ready_points_down_and_the_expert_still_succeeds():
     """record_demos --start-offset: the gripper moved from READY's by the offset, still
     pointing down and unturned (the plan starts at rest), and the task still succeeds."""

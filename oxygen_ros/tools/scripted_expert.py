@@ -52,17 +52,22 @@ class Perturbation:
     """DART-style noise for demonstrations (Laskey et al. 2017): now and then the executed
     chunk is offset on the 7 arm joints for a few frames while the recorded chunk stays the
     plan's, so the data holds states off the expert's path labelled with the way back. Only
-    in `phases` (the free-space moves; a slip near the cube costs the grasp)."""
+    in `phases` (by default the free-space moves; a slip near the cube costs the grasp).
+    `confine`: an offset also ends when its phases do, so small ones in ("align", "descend")
+    leave the gripper off the cube as a policy's errors do, with the grasp itself clean."""
     rng: np.random.Generator
     sigma_rad: float = 0.06           # offset per joint, normal
     chance: float = 0.12              # per frame, of starting an offset when none is active
     hold_frames: int = 5              # frames an offset is held (0.5 s at 10 Hz)
     phases: tuple = ("pre_grasp", "lift", "carry", "retreat")
+    confine: bool = False
     _offset: np.ndarray = field(default=None, init=False, repr=False)
     _left: int = field(default=0, init=False, repr=False)
 
     def offset(self, phase: str) -> np.ndarray:
         """The offset for this frame's executed chunk ([8], zero on the finger width)."""
+        if self.confine and phase not in self.phases:
+            self._left = 0
         if self._left == 0 and phase in self.phases and self.rng.random() < self.chance:
             self._offset = np.append(self.rng.normal(0.0, self.sigma_rad, 7), 0.0)
             self._left = self.hold_frames
