@@ -399,9 +399,8 @@ def _start_node(args, children, robots, mon, say, stop, pump, t0: float) -> int 
 
     started = (until(mon.lifecycle_client.service_is_ready, "oxygen_node's lifecycle service",
                      args.startup_timeout)
-               # an unknown transition (refused, no effect) first: its response proves the way
-               # back works, so the configure, sent once, is not lost to discovery
-               and until(mon.transition("no_such_transition").done, "oxygen_node's first lifecycle response",
+               # an answered probe first: the configure, sent once, then is not lost to discovery
+               and until(mon.lifecycle_answers(), "oxygen_node's first lifecycle response",
                          args.startup_timeout)
                and transition("configure", "oxygen_node to load the model and configure")
                and recorders_matched()

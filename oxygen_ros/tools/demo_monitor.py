@@ -98,6 +98,27 @@ class DemoMonitor:
             return None
         return self.ask_client.call_async(self._AskProgress.Request(question=question))
 
+    def lifecycle_answers(self, resend_s: float = 2.0):
+        """A done() for "oxygen_node's lifecycle service answers", to wait on before the one
+        configure: an unknown transition (refused, no effect, so safe to repeat) sent now and
+        again every resend_s until one is answered. A request or its response can be lost
+        while discovery still matches the service's channels (rclpy logs "failed to send
+        response (timeout)"), most often on a loaded machine; the configure then is not."""
+        futures, sent_at = [], [float("-inf")]
+
+        def done() -> bool:
+            if any(f.done() for f in futures):
+                for f in futures:
+                    if not f.done():
+                        self.lifecycle_client.remove_pending_request(f)
+                return True
+            if time.monotonic() - sent_at[0] >= resend_s:
+                futures.append(self.transition("no_such_transition"))
+                sent_at[0] = time.monotonic()
+            return False
+
+        return done
+
     def transition(self, label: str):
         """The future of a ChangeState call by label ("configure", "activate"; call it once
         lifecycle_client.service_is_ready(): a transition is not idempotent, so not retried)."""

@@ -363,8 +363,8 @@ class Evaluation:
                 raise _EpisodeError(f"oxygen_node refused to {label}: {children.children['node'].log_tail(1500)}")
 
         until(mon.lifecycle_client.service_is_ready, "oxygen_node's lifecycle service")
-        # an unknown transition first: its answer proves the way back works (demo.py says why)
-        until(mon.transition("no_such_transition").done, "oxygen_node's first lifecycle response")
+        # an answered probe first: the configure, sent once, then is not lost to discovery
+        until(mon.lifecycle_answers(), "oxygen_node's first lifecycle response")
         transition("configure")
         for r in robots:
             rec = children.children[r.child("recorder")]
