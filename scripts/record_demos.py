@@ -21,7 +21,8 @@ A shard out/demos/episode_<seed>.npz (np.savez_compressed) holds, for T frames:
   grasp_contact   bool [T]          the cube touches both fingers
   phase           int8 [T]          index into phase_names (the expert's phase of the task)
   place           int8 [T]          index into place_names (tools/cube_place.py: table, gripper, bowl)
-  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), perturb_phases, start_offset_m (0: READY), phase_names, place_names, joint_names, format_version
+  seed, success, action_rate_hz, image_size, perturb_rad (0: clean), perturb_phases (the
+  phases --perturb-phases confined the offsets to; empty: the free-space ones), start_offset_m (0: READY), phase_names, place_names, joint_names, format_version
 Seeds already recorded are skipped, so a stopped run resumes.
 """
 import argparse
@@ -135,7 +136,7 @@ def main() -> int:
         meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(se.ACTION_RATE_HZ),
                 "image_size": np.int64(args.image_size), "perturb_rad": np.float64(args.perturb),
                 "start_offset_m": np.float64(args.start_offset),
-                "perturb_phases": np.array(args.perturb_phases or se.Perturbation.phases), "phase_names": np.array(se.PHASE_NAMES),
+                "perturb_phases": np.array(args.perturb_phases, dtype=str), "phase_names": np.array(se.PHASE_NAMES),
                 "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
                 "format_version": np.int64(FORMAT_VERSION)}
         tmp = out / f".episode_{seed}.tmp.npz"

@@ -38,7 +38,7 @@ def test_record_demos_writes_a_shard_as_documented_and_resumes(tmp_path):
     phases = [str(d["phase_names"][i]) for i in d["phase"]]
     assert phases[0] == "pre_grasp" and phases[-1] == "done"
     assert float(d["start_offset_m"]) == 0.0 and float(d["perturb_rad"]) == 0.0
-    assert tuple(d["perturb_phases"]) == se.Perturbation.phases
+    assert len(d["perturb_phases"]) == 0       # not confined: the free-space phases
     assert int(d["seed"]) == 7 and bool(d["success"]) and list(d["joint_names"])[-1] == "panda_finger_width"
     # a second run skips what is there
     again = subprocess.run([*SCRIPT, "--seeds", "7-7", "--out", str(out), "--image-size", "32"],

@@ -277,6 +277,42 @@ def test_kvcache_adds_every_early_frame_and_the_fresh_episodes_stride(tmp_path):
             demos.frames[frames_to_add(demos, [part], H.Stage2(frame_stride=4, max_frames=6, early_frames=3))]} == early
 
 
+def test_kvcache_stores_every_frame_of_the_phases_a_recording_confined_its_offsets_to(tmp_path):
+    """record_demos --perturb-phases align,descend: the frames where the gripper comes down off
+    the cube and is led back are the ones the policy fails from; all of them are stored
+    (beyond the cap, as the early ones), not 1 in 4."""
+    from oxygen_ros.engine.models.smol_panda.training.kv_cache import frames_to_add
+    demos = _demos([1001, 1002])
+    demos.episodes[1].confined = np.isin(np.arange(12), [6, 7, 8])
+    demos._index()
+    hp = H.Stage2(frame_stride=4, max_frames=0, early_frames=2)
+    got = {(demos.episodes[e].seed, int(t)) for e, t in demos.frames[frames_to_add(demos, [], hp)]}
+    assert got == {(s, t) for s in (1001, 1002) for t in (0, 1)} | {(1002, 6), (1002, 7), (1002, 8)}
+    part = _part(tmp_path / "train_0", [[1002, 7]])
+    assert (1002, 7) not in {(demos.episodes[e].seed, int(t)) for e, t in demos.frames[frames_to_add(demos, [part], hp)]}
+
+
+def test_a_shard_says_which_frames_its_confined_offsets_covered(tmp_path):
+    from oxygen_ros.engine.models.smol_panda.training.data import load_episode
+    T, names = 6, np.array(["pre_grasp", "align", "descend", "close"])
+    base = dict(success=True, place_names=np.array(H.PLACES), image_base=np.zeros((T, 4, 4, 3), np.uint8),
+                image_left_wrist=np.zeros((T, 4, 4, 3), np.uint8), image_right_wrist=np.zeros((T, 4, 4, 3), np.uint8),
+                joint_position=np.zeros((T, 8)), action_chunk=np.zeros((T, 10, 8)), place=np.zeros(T, np.int8),
+                grasp_contact=np.zeros(T, bool), cube_pose=np.tile([0, 0, 0, 1, 0, 0, 0.0], (T, 1)),
+                gripper_pose=np.tile([0, 0, 0, 1, 0, 0, 0.0], (T, 1)), bowl_pose=np.tile([0, 0, 0, 1, 0, 0, 0.0], (T, 1)),
+                phase=np.array([0, 1, 1, 2, 2, 3], np.int8), phase_names=names)
+    cases = {"confined": dict(perturb_rad=0.04, perturb_phases=np.array(["align", "descend"])),
+             "free_space": dict(perturb_rad=0.06, perturb_phases=np.array([], dtype=str)),
+             "clean": dict(perturb_rad=0.0, perturb_phases=np.array(["align"])),
+             "before_the_key": dict(perturb_rad=0.06)}
+    got = {}
+    for name, extra in cases.items():
+        np.savez(tmp_path / f"{name}.npz", **base, **extra)
+        got[name] = load_episode(tmp_path / f"{name}.npz", 1).confined.tolist()
+    assert got["confined"] == [False, True, True, True, True, False]
+    assert not any(got["free_space"] + got["clean"] + got["before_the_key"])
+
+
 def test_stage2_draws_the_early_frames_at_their_share():
     from types import SimpleNamespace
 

@@ -38,6 +38,7 @@ class Episode:
     bowl: np.ndarray                   # float32 [T, 3]
     cube_yaw: np.ndarray               # float32 [T]: the cube's turn about z (rad)
     gripper_yaw: np.ndarray            # float32 [T]: the gripper frame's turn about z (rad)
+    confined: np.ndarray | None = None  # bool [T]: in the phases the recording confined its offsets to
 
     @property
     def length(self) -> int:
@@ -52,7 +53,18 @@ def load_episode(path: Path, seed: int) -> Episode | None:
                        state=d["joint_position"].astype(np.float32), actions=d["action_chunk"].astype(np.float32),
                        place=d["place"], grasp=d["grasp_contact"], cube=d["cube_pose"][:, :3],
                        gripper=d["gripper_pose"][:, :3], bowl=d["bowl_pose"][:, :3],
-                       cube_yaw=yaw(d["cube_pose"][:, 3:]), gripper_yaw=yaw(d["gripper_pose"][:, 3:]))
+                       cube_yaw=yaw(d["cube_pose"][:, 3:]), gripper_yaw=yaw(d["gripper_pose"][:, 3:]),
+                       confined=confined_frames(d))
+
+
+def confined_frames(shard) -> np.ndarray:
+    """The frames in the phases record_demos --perturb-phases confined the offsets to (the
+    gripper led back to the cube); none in clean, free-space DART or older shards."""
+    phases = [str(p) for p in shard["perturb_phases"]] if "perturb_phases" in shard.files else []
+    if float(shard["perturb_rad"]) <= 0 or not phases:
+        return np.zeros(len(shard["phase"]), bool)
+    names = [str(n) for n in shard["phase_names"]]
+    return np.isin(shard["phase"], [names.index(p) for p in phases])
 
 
 def yaw(quat_wxyz: np.ndarray) -> np.ndarray:

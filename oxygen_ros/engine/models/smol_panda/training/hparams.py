@@ -60,7 +60,7 @@ class Stage2:
     warmup: int = 200
     grad_clip: float = 1.0
     frame_stride: int = 4             # every 4th frame of each episode gets its prefix K/V stored
-    max_frames: int = 16000           # ~2 MB of fp16 K/V a frame: ~32 GB on disk (and page cache)
+    max_frames: int = 10000           # ~2 MB of fp16 K/V a frame: ~20 GB on disk (and page cache)
     early_frames: int = 10            # every frame of each episode's first second is stored (beyond the cap)
     early_share: float = 0.25         # of each batch drawn from those first seconds: from READY the image alone decides
     val_frames: int = 300             # from the held-out episodes: stage 2's validation

@@ -176,7 +176,9 @@ def frames_to_add(train_set: Demos, parts: list[Path], hp: H.Stage2) -> np.ndarr
     """Indices into train_set of the frames no part holds yet: every stride-th frame of the
     episodes no part holds (up to max_frames in all), and every frame of the first
     `early_frames` of every episode (beyond the cap: at 1 in 4 the one state every episode
-    starts from, where the image alone decides the move, would be under 1% of the frames)."""
+    starts from, where the image alone decides the move, would be under 1% of the frames), and
+    every frame a recording confined its offsets to (Episode.confined: the gripper led back to
+    the cube, the states the policy's grasps fail from, also beyond the cap)."""
     stored = {tuple(st) for p in parts for st in json.loads((p / "meta.json").read_text())["frame_index"]}
     stored_seeds = {seed for seed, _ in stored}
     seed_of = np.array([ep.seed for ep in train_set.episodes], dtype=np.int64)
@@ -190,4 +192,7 @@ def frames_to_add(train_set: Demos, parts: list[Path], hp: H.Stage2) -> np.ndarr
         picks = [int(fresh[i]) for i in chosen]   # new's frames are train_set's fresh frames, in order
     early = [i for i, (e, t) in enumerate(train_set.frames)
              if t < hp.early_frames and (int(seed_of[e]), int(t)) not in stored]
-    return np.array(sorted(set(picks) | set(early)), dtype=np.int64)
+    confined = [i for i, (e, t) in enumerate(train_set.frames)
+                if train_set.episodes[e].confined is not None and train_set.episodes[e].confined[t]
+                and (int(seed_of[e]), int(t)) not in stored]
+    return np.array(sorted(set(picks) | set(early) | set(confined)), dtype=np.int64)
