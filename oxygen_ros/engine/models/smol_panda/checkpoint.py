@@ -22,8 +22,8 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 ASSET_ID = "panda"
 STATS_FILE = f"assets/{ASSET_ID}/norm_stats.json"
-# the weights that ship with the package, once trained (None of them in the tree: the
-# loader says how to train or where to point it); the folder is named once, in the registry
+# the weights that ship with the package (the third run, stage 2 step 5500: docs/training.md);
+# the folder is named once, in the registry
 SHIPPED_DIR = Path(default_checkpoint("smol-panda"))
 
 
@@ -38,8 +38,8 @@ def weights_path(checkpoint: str | Path | None) -> Path:
     path = root / WEIGHTS_FILE if root.is_dir() or not root.suffix else root
     if not path.is_file():
         raise CheckpointMissing(
-            f"no smol-panda weights at {path}" + (" (the shipped weights are not in this tree yet)"
-                                                 if not checkpoint else "")
+            f"no smol-panda weights at {path}" + (" (the package's shipped weights are missing: "
+                                                 "reinstall it)" if not checkpoint else "")
             + ": train them (scripts/train_panda.py, docs/training.md) and pass checkpoint=<its directory>")
     return path
 
