@@ -17,7 +17,7 @@ test: setup ## set up if needed, then run the whole test suite (PYTEST_ARGS=... 
 check-colcon: setup ## build oxygen_msgs + oxygen_ros with colcon in a throwaway workspace
 	@scripts/check_colcon.sh
 
-demo: setup ## sim robot + node (config/demo.yaml, SmolLM2 on CPU) + recorder for ~1 min; report in out/ (DEMO_ARGS=...)
+demo: setup ## sim robot + node (config/smol_panda.yaml: the trained policy on CPU) + recorder for ~1 min; report in out/ (DEMO_ARGS=...)
 	.venv/bin/oxygen demo $(DEMO_ARGS)
 
 clean: ## remove build outputs (keeps .venv; delete it by hand for a full reset)

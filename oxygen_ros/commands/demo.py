@@ -1,7 +1,8 @@
 """`oxygen demo`: the whole loop on this machine for about a minute, then the report.
 
 Starts the simulated robot (`oxygen sim`: the MuJoCo Panda), the recorder (`oxygen record`)
-and oxygen_node with the params file (default config/demo.yaml: SmolLM2 on the CPU), which
+and oxygen_node with the params file (default config/smol_panda.yaml: the policy trained here,
+which picks the red cube into the bowl and says where the cube is), which
 it configures and activates only once the recorder has matched the node's publishers, with
 its first frame held until the node sees the recorder too (`await_recorders`: the bag gets
 every frame); prints the narration and memory lines as they finish, asks "what
@@ -36,7 +37,8 @@ MATCH_TIMEOUT_S = 20.0     # for the recorder to match the configured node's pub
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", metavar="YAML",
-                   help="the node's params file (default: config/demo.yaml; with --robots: config/fleet.yaml)")
+                   help="the node's params file (default: config/smol_panda.yaml, the trained policy; with --robots: "
+                        "config/fleet.yaml; config/demo.yaml: the random-weights smol profile)")
     p.add_argument("--robots", type=int, default=0, metavar="N",
                    help="fleet mode: one node serves N simulated robots (names from the params file's "
                         "`robots`, then robotK); 0: the params file's robots, or one robot")
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from oxygen_ros.tools.child_processes import Children
     from oxygen_ros.tools.params_files import config_file, params_from_file
 
-    params_path = Path(args.params) if args.params else config_file("fleet.yaml" if args.robots else "demo.yaml")
+    params_path = Path(args.params) if args.params else config_file("fleet.yaml" if args.robots else "smol_panda.yaml")
     params = params_from_file(params_path)
     out = Path(args.out) if args.out else _default_out()
     out.mkdir(parents=True, exist_ok=True)
