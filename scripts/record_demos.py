@@ -113,7 +113,7 @@ def main() -> int:
         print(f"record_demos: seeds from {HELD_OUT_FROM} up are held out for evaluation", file=sys.stderr)
         return 2
 
-    from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
+    from oxygen_ros.tools import cube_place, panda_scene as ps
     from oxygen_ros.tools.panda_world import PandaWorld
 
     out = Path(args.out)
