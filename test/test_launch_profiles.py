@@ -168,7 +168,7 @@ def test_launch_files_parse_and_only_pick_a_profile_and_a_few_overrides():
             assert f'"{exe} = oxygen_ros.' in setup_py, exe
     demo = ast.parse(LAUNCH["demo"].read_text())
     assert _declared_args(demo) == {"params_file", "namespace", "record"}
-    assert "demo.yaml" in LAUNCH["demo"].read_text() and "humanoid_thor.launch.py" in LAUNCH["demo"].read_text()
+    assert "smol_panda.yaml" in LAUNCH["demo"].read_text() and "humanoid_thor.launch.py" in LAUNCH["demo"].read_text()
     fleet = ast.parse(LAUNCH["fleet"].read_text())
     assert _declared_args(fleet) == {"params_file", "robots", "sims", "enclave"}
     for tree in (ast.parse(LAUNCH["humanoid_thor"].read_text()), fleet):     # an SROS2 enclave for the node
