@@ -103,5 +103,34 @@ def test_a_queued_question_is_refused_once_stalled_frames_cannot_finish_it_in_ti
     assert r["latency_s"] < r["timeout"] - 0.5 * r["estimate"], r
 
 
+def lockstep_run(namespace, *, deadline):
+    """Observations slower than the node's ticks (a lock-step sim: most ticks find no new one):
+    questions asked at any moment between them."""
+    from node_driver import Driver
+
+    d = Driver(namespace, image_hz=2.0, joint_hz=2.0)
+    try:
+        d.wait_until(lambda: len(d.chunks) >= 2, 30.0, "two action chunks")
+        replies = []
+        for i in range(4):
+            time.sleep(0.13 * i)                         # at different points between observations
+            r = d.ask(f"{QUESTION} ({i})", timeout_s=30.0, wait=40.0)
+            replies.append({"success": r["success"], "error": r["error"], "answer": r["answer"]})
+        return replies
+    finally:
+        d.close()
+
+
+@pytest.mark.ros
+def test_waiting_for_the_next_observation_is_not_a_stall(start_node):
+    # new_observations_only: a tick on the same observation makes no chunk, as with a lock-step
+    # sim; a question asked then waits for the next frame instead of being refused as stalled
+    node = start_node(autostart=True, narration_every_n_frames=0, memory_every_n_frames=0,
+                      new_observations_only=True, max_observation_age_s=2.0, answer_max_tokens=8)
+    replies = run_peers(__file__, {"driver": ["lockstep_run", node.namespace]}, timeout=150)["driver"]
+    assert node.alive()
+    assert all(r["success"] and r["answer"] for r in replies), replies
+
+
 if __name__ == "__main__":
-    run_as_peer({"questions_run": questions_run, "stall_run": stall_run})
+    run_as_peer({"questions_run": questions_run, "stall_run": stall_run, "lockstep_run": lockstep_run})

@@ -20,6 +20,7 @@ class LoopStats:
         self.robot_faults = 0                   # exceptions in this robot's policy I/O or publishing
         self.last = {}                          # latest frame's engine figures
         self.problem = ("", -1e9)               # latest reason a tick produced no chunk
+        self._stall = ("", -1e9)                # the same, leaving out waits for the next observation
         self.clipped_points = 0                 # published chunk points clipped into the joint limits
         self._last_at = None
 
@@ -35,9 +36,11 @@ class LoopStats:
 
     def stalled(self) -> str:
         """Why frames are not running now ("" while they run): the latest reason a tick made no
-        chunk, if it is more recent than the last frame (a waiting question asks this)."""
+        chunk, if it is more recent than the last frame (a waiting question asks this). Waiting
+        for a new observation (new_observations_only: a lock-step sim between its steps) is
+        how such a robot runs, not a stall."""
         with self._lock:
-            (reason, at), last = self.problem, self._last_at
+            (reason, at), last = self._stall, self._last_at
         return reason if reason and (last is None or at > last) else ""
 
     def clipped(self, points: int) -> int:
@@ -50,11 +53,14 @@ class LoopStats:
         with self._lock:
             self.skipped_ticks += ticks
 
-    def no_chunk(self, reason: str, error: bool = False) -> None:
+    def no_chunk(self, reason: str, error: bool = False, waiting: bool = False) -> None:
+        """A tick made no chunk; `waiting`: only because no new observation came yet."""
         with self._lock:
             self.no_chunk_ticks += 1
             self.frame_errors += int(error)
             self.problem = (reason, self._clock())
+            if not waiting:
+                self._stall = self.problem
 
     def fault(self, reason: str, chunk_lost: bool) -> None:
         """An exception confined to this robot (its policy I/O or a publisher); `chunk_lost`:

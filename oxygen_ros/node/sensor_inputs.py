@@ -90,7 +90,7 @@ class SensorInputs:
             self._stats.no_chunk(reason)
             return FrameInputs(jump, None, unusable=reason)
         if last_stamp_ns is not None and snap.stamp_ns and snap.stamp_ns == last_stamp_ns:
-            self._stats.no_chunk("no new observation since the last chunk (new_observations_only)")
+            self._stats.no_chunk("no new observation since the last chunk (new_observations_only)", waiting=True)
             return FrameInputs(jump, None)
         return FrameInputs(jump, self._images(snap), snap.values[self.joint_input], snap.stamp_ns)
 
