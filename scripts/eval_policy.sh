@@ -20,8 +20,8 @@ declare -A runs=(
   [sim_cameras_off]="--seeds 900000-900049 --clock sim --cameras off"
   [sim_language_off]="--seeds 900000-900049 --clock sim --language off"
   [sim_questions]="--seeds 900000-900049 --clock sim --language questions"
-  [wall_rtc_off]="--seeds 900100-900129 --clock wall --rtc off"
-  [wall_rtc_guided]="--seeds 900100-900129 --clock wall --rtc guided"
+  [wall_rtc_off]="--seeds 900100-900129 --clock wall --rtc off --record-cameras"
+  [wall_rtc_guided]="--seeds 900100-900129 --clock wall --rtc guided --record-cameras"
   [fleet3]="--seeds 900200-900259 --clock sim --robots 3"
   [single_as_fleet]="--seeds 900200-900259 --clock sim"
 )
