@@ -191,6 +191,33 @@ def test_eval_refuses_training_seeds(tmp_path):
 
 
 @pytest.mark.ros
+def test_a_node_that_refuses_to_configure_stops_the_run_at_its_first_episode(tmp_path):
+    """The params file is the same for every episode: when the node refuses it, the other
+    episodes would fail the same way, so the run stops with the node's reason."""
+    import yaml
+
+    from oxygen_ros.tools.params_files import config_file, params_from_file
+    from ros_helpers import peer_env
+
+    params = params_from_file(config_file("tiny.yaml"))
+    params["dtype"] = "float99"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
+    out = tmp_path / "eval"
+    proc = subprocess.run([sys.executable, "-m", "oxygen_ros.cli", "eval", "--params", str(bad),
+                           "--seeds", "900000-900002", "--clock", "sim", "--duration", "1.0",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env=peer_env())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stopped = next(line for line in proc.stdout.splitlines() if line.startswith("stopped: "))
+    assert stopped.startswith("stopped: oxygen_node refused to configure: [ERROR]") and "float99" in stopped, stopped
+    assert "the other 2 seeds" in stopped, stopped
+    r = json.loads((out / "eval.json").read_text())
+    assert len(r["episodes"]) == 1 and r["overall"]["failed_to_run"] == 1, r["episodes"]
+    assert not (out / "episode-001").exists()
+
+
+@pytest.mark.ros
 def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
     """A real episode: node, lock-step sim and recorder over DDS; the bag is scored against
     /tf (random weights: the cube stays on the table), and the tiny model's narrations are

@@ -165,7 +165,9 @@ def test_demo_rate_is_the_configured_one_or_what_the_median_frame_allows():
     assert holdable_rate_hz([40.0, 50.0, 60.0], 8.0) == 8.0              # 1000/(2.3*50) = 8.7 Hz
     assert holdable_rate_hz([700.0, 800.0, 3000.0], 2.0) == 0.5          # median 800: 1000/1840 = 0.54
     assert 1e3 / holdable_rate_hz([900.0], 2.0) >= MARGIN * 900.0        # the period keeps the headroom
-    assert holdable_rate_hz([1e6], 2.0) == 0.05                          # never zero
+    # never zero, and never below what the node accepts (else its configure fails)
+    from oxygen_ros.node.params import SPEC
+    assert holdable_rate_hz([1e6], 2.0) == SPEC["control_rate_hz"].range[0]
 
 
 def test_report_rejects_a_folder_without_a_bag(tmp_path, capsys):

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+RCL_LOOPBACK_NOTICES = ("ROS_LOCALHOST_ONLY is deprecated", "'localhost_only' is enabled")
+
 
 @dataclass
 class Child:
@@ -38,10 +40,14 @@ class Child:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime, stime
 
     def log_tail(self, chars: int = 3000) -> str:
+        """The log's last `chars` characters, without rcl's notices about the loopback
+        settings every child gets (ROS_LOCALHOST_ONLY beside ROS_AUTOMATIC_DISCOVERY_RANGE)."""
         try:
-            return self.log.read_text(errors="replace")[-chars:]
+            text = self.log.read_text(errors="replace")
         except OSError:
             return ""
+        lines = [line for line in text.splitlines(keepends=True) if not any(n in line for n in RCL_LOOPBACK_NOTICES)]
+        return "".join(lines)[-chars:]
 
     def has_line(self, prefix: str) -> bool:
         """Whether the log (its last 100 kB) has a line starting with prefix."""

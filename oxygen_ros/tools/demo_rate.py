@@ -26,7 +26,7 @@ import numpy as np
 # rate to a third of what held.
 MARGIN = 2.3
 RATE_STEP_HZ = 0.05
-MIN_RATE_HZ = 0.05
+MIN_RATE_HZ = 0.1          # control_rate_hz's lowest value (node/params.py): a slower machine overruns it
 
 
 def measure_frame_ms(params: dict, image_size: int, frames: int = 6, warmup: int = 2,

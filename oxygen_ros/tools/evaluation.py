@@ -143,9 +143,19 @@ class Evaluation:
         for k, seeds in enumerate(groups):
             if self.stop.is_set():
                 break
-            for e in self._episode(k, seeds):
+            try:
+                episode = self._episode(k, seeds)
+            except _ConfigureRefused as refused:
+                episode, stop = refused.episode, str(refused)
+            else:
+                stop = ""
+            for e in episode:
                 self.episodes.append(e)
                 self.say(episode_line(len(self.episodes), total, e))
+            if stop:    # the same params file for every episode: each would be refused alike
+                self.say(f"stopped: {stop.splitlines()[0]} (the other {total - len(self.episodes)} seeds "
+                         "would be refused the same way)")
+                break
         return self.result()
 
     def result(self) -> dict:
@@ -172,10 +182,12 @@ class Evaluation:
                            seed) for name, seed in zip(self.robot_names, seeds)]
         children = Children(folder / "logs", env=os.environ.copy())
         t0 = time.monotonic()
-        error = None
+        error = refused = None
         watches = {}
         try:
             watches = self._run_children(robots, children)
+        except _ConfigureRefused as e:
+            error, refused = str(e), e
         except _EpisodeError as e:
             error = str(e)
         finally:
@@ -204,6 +216,9 @@ class Evaluation:
             if e.get("error"):
                 e.update(success=False, narrations=0, narrations_right=0, length_s=None)
             out.append(e)
+        if refused is not None:
+            refused.episode = out
+            raise refused
         return out
 
     def _robot_params(self, name: str) -> dict:
@@ -360,7 +375,10 @@ class Evaluation:
             future = mon.transition(label)
             until(future.done, f"oxygen_node to {label}")
             if not future.result().success:
-                raise _EpisodeError(f"oxygen_node refused to {label}: {children.children['node'].log_tail(1500)}")
+                tail = children.children["node"].log_tail(1500)
+                errors = [line for line in tail.splitlines() if "[ERROR]" in line]
+                error = _ConfigureRefused if label == "configure" else _EpisodeError
+                raise error(f"oxygen_node refused to {label}: " + (f"{errors[-1]}\n{tail}" if errors else tail))
 
         until(mon.lifecycle_client.service_is_ready, "oxygen_node's lifecycle service")
         # an answered probe first: the configure, sent once, then is not lost to discovery
@@ -396,6 +414,11 @@ class Evaluation:
 
 class _EpisodeError(RuntimeError):
     pass
+
+
+class _ConfigureRefused(_EpisodeError):
+    """The node refused its params file: every episode would be refused alike."""
+    episode: list[dict] = []
 
 
 def isolate_dds(domain_id: int | None = None) -> int:
