@@ -34,8 +34,15 @@ for name in "${order[@]}"; do
     echo "== $name: done ($out/$name/eval.json)"
     continue
   fi
+  args=${runs[$name]}
+  # the A/B at one rate: guided RTC at the rate measured for the run with it off (the demo's)
+  if [[ $name == wall_rtc_guided ]]; then
+    off="$out/wall_rtc_off/eval.json"
+    [[ -f $off ]] || { echo "eval_policy.sh: run wall_rtc_off first (its measured rate is guided's)" >&2; exit 2; }
+    args+=" --rate $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["node_control_rate_hz"])' "$off")"
+  fi
   rm -rf "${out:?}/$name"
-  echo "== $name: oxygen eval ${runs[$name]}"
+  echo "== $name: oxygen eval $args"
   # shellcheck disable=SC2086  # the run's arguments split on purpose
-  "${eval_cmd[@]}" ${runs[$name]} --out "$out/$name"
+  "${eval_cmd[@]}" $args --out "$out/$name"
 done
