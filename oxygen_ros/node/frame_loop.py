@@ -43,7 +43,8 @@ class FrameLoop:
         self._robots = serving.robots
         self._acted_stamp: dict[str, int] = {}     # robot -> the stamp its last chunk came from
         self._publish = {name: FramePublisher(rt, rt.pubs, doors.clock, lambda topic, r=name: doors.log_for(topic, r),
-                                              rt.p["memory_log_size"], rt.engine.config.steps_per_frame)
+                                              rt.p["memory_log_size"], rt.engine.config.steps_per_frame,
+                                              running=doors.running)
                          for name, rt in self._robots.items()}
 
     def _log(self, rt: Runtime, topic: str):

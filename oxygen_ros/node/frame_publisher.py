@@ -19,12 +19,15 @@ from .runtime import Runtime
 
 
 class FramePublisher:
-    def __init__(self, rt: Runtime, pubs: dict, clock, log, memory_log_size: int, decode_budget: int):
+    def __init__(self, rt: Runtime, pubs: dict, clock, log, memory_log_size: int, decode_budget: int,
+                 running=lambda: True):
         """rt: the robot's state; pubs: its publishers by output (trajectory, trajectory:EXPERT,
         timing, narration, memory, answer); clock: the node's; log(topic) -> the robot's logger;
-        memory_log_size, decode_budget (steps_per_frame, 0: automatic): configure's settings."""
+        memory_log_size, decode_budget (steps_per_frame, 0: automatic): configure's settings;
+        running() -> False once the node's context is shut down (Ctrl-C mid-frame)."""
         self._rt, self._pubs, self._clock, self._log = rt, pubs, clock, log
         self._memory_log_size, self._decode_budget = memory_log_size, decode_budget
+        self._running = running
 
     def chunk(self, chunk, state, tick_now, tick_mono: float, obs_stamp_ns: int, live: dict) -> tuple[dict, bool]:
         """Publish the action chunk now, stamped at its observation's time; returns the
@@ -70,7 +73,10 @@ class FramePublisher:
     def fault(self, what: str, e: Exception, chunk_lost: bool = False) -> None:
         """An exception in this robot's policy I/O or publishing: counted (`robot_faults` in
         /diagnostics; `chunk_lost`: its tick made no chunk), logged throttled; the caller
-        goes on with the rest of the frame and the other robots."""
+        goes on with the rest of the frame and the other robots. A publish that fails because
+        the node is shutting down is no fault: nothing is counted or logged."""
+        if not self._running():
+            return
         rt = self._rt
         reason = f"{what} failed: {type(e).__name__}: {e}"
         rt.stats.fault(reason, chunk_lost)
