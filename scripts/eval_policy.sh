@@ -8,6 +8,9 @@
 #
 # PARAMS_YAML: the node's params (default config/smol_panda.yaml: the shipped weights);
 # OUT: default out/eval_policy; RUN: a subset of the names below (default: all, in order).
+# The wall-clock runs want a quiet machine (nothing else running): wall_rtc_off measures the
+# rate this machine holds, as `oxygen demo` does, and wall_rtc_guided runs at that rate.
+# Their switches: scripts/eval_jumps.py OUT/wall_rtc_off OUT/wall_rtc_guided.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 params=${1:-config/smol_panda.yaml}
