@@ -143,17 +143,16 @@ class Evaluation:
         for k, seeds in enumerate(groups):
             if self.stop.is_set():
                 break
+            refusal = None
             try:
                 episode = self._episode(k, seeds)
             except _ConfigureRefused as refused:
-                episode, stop = refused.episode, str(refused)
-            else:
-                stop = ""
+                episode, refusal = refused.episode, refused
             for e in episode:
                 self.episodes.append(e)
                 self.say(episode_line(len(self.episodes), total, e))
-            if stop:    # the same params file for every episode: each would be refused alike
-                self.say(f"stopped: {stop.splitlines()[0]} (the other {total - len(self.episodes)} seeds "
+            if refusal:     # the same params file for every episode: each would be refused alike
+                self.say(f"stopped: {str(refusal).splitlines()[0]} (the other {total - len(self.episodes)} seeds "
                          "would be refused the same way)")
                 break
         return self.result()
@@ -417,8 +416,9 @@ class _EpisodeError(RuntimeError):
 
 
 class _ConfigureRefused(_EpisodeError):
-    """The node refused its params file: every episode would be refused alike."""
-    episode: list[dict] = []
+    """The node refused its params file: every episode would be refused alike. `episode`:
+    the refused episode's records, set before it propagates to the run."""
+    episode: list[dict]
 
 
 def isolate_dds(domain_id: int | None = None) -> int:
