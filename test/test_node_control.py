@@ -253,14 +253,16 @@ def test_replanning_asap_runs_frames_back_to_back(start_node):
 @pytest.mark.ros
 def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(start_node):
     """With frames far over the 0.1 s period (1024 decode steps of a long narration per
-    frame), lifecycle and ask_progress calls answer within 0.3 s, /diagnostics keeps its
-    1 Hz, and overrun ticks are skipped: no burst of back-to-back catch-up chunks."""
+    frame), lifecycle and ask_progress calls answer within 0.45 s, under the shortest frame
+    (> 0.5 s) a call waiting for a frame would take, /diagnostics keeps its 1 Hz, and overrun
+    ticks are skipped: no burst of back-to-back catch-up chunks. (0.3 s was once missed by
+    3 ms on the 2-core CI machine: DDS and the GIL's share, not a blocked service.)"""
     node = start_node(autostart=True, max_new_tokens=4096, narration_max_tokens=4096,
                       steps_per_frame=1024, narration_every_n_frames=1, memory_every_n_frames=0)
     r = run_peers(__file__, {"driver": ["slow_frames_run", node.namespace]}, timeout=60)["driver"]
     assert r["frame_ms"] and min(r["frame_ms"]) > 500, r["frame_ms"]
     assert r["calls"] >= 10
-    assert r["state_max_s"] < 0.3 and r["ask_max_s"] < 0.3, r
+    assert r["state_max_s"] < 0.45 and r["ask_max_s"] < 0.45, r
     assert len(r["diag_gaps"]) >= 3 and max(r["diag_gaps"]) < 1.5, r["diag_gaps"]
     assert r["chunk_gaps"] and min(r["chunk_gaps"]) > 0.4, r["chunk_gaps"]
     assert "skipped" in node.log()
