@@ -54,10 +54,11 @@ def run_switches(run: Path) -> dict:
            "plan_position_jump_rad": stats(pos), "plan_velocity_jump_rad_s": stats(vel),
            "arm_velocity_change_rad_s": stats(arm_dv), "arm_course_deviation_rad": stats(arm_dq),
            "tracking_rms_rad_mean": float(np.mean(tracking)) if tracking else None}
-    if (result := run / "eval.json").is_file():
-        overall = json.loads(result.read_text())["overall"]
+    if (path := run / "eval.json").is_file():
+        result = json.loads(path.read_text())
+        overall = result["overall"]
         out.update(successes=overall["successes"], episodes=overall["episodes"],
-                   success_wilson95=overall["success_wilson95"], rtc=json.loads(result.read_text()).get("rtc"))
+                   success_wilson95=overall["success_wilson95"], rtc=result.get("rtc"))
     return out
 
 
