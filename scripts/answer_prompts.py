@@ -2,12 +2,14 @@
 """Answer templates for "what have you done?" on the trained smol-panda policy, side by side:
 each template answers four scenes (rendered in the Panda scene on held-out layouts, each with
 the memory log the node would hold by then) through the engine's isolated path, greedily, and
-each answer is judged by a plain rule:
+each answer is judged by a plain rule (training/progress.py answer_right):
 
-  start     (cube on the table; notes: table)                 a denial ("not", "nothing", "yet"), no pick, no bowl
-  carrying  (cube in the gripper; notes: table, table, gripper) a pick word, no bowl
+  not_yet   (cube on the table; notes: table)                 a denial ("not", "nothing", "yet"), no pick, no bowl
+  holding   (cube in the gripper; notes: table, table, gripper) a pick word, no bowl
   done      (cube in the bowl; notes: table, gripper, bowl)    "bowl" with put / placed / in the bowl
   dropped   (cube on the table; notes: table, gripper, table)  no claim of the bowl
+
+The third question is not among those the learned prompt was trained with (hparams.QUESTIONS).
 
 Templates come from a file, separated by lines "=====", written as in a params file (\\n for
 a newline); without one, config/smol_panda.yaml's answer_prompt.
@@ -17,29 +19,13 @@ a newline); without one, config/smol_panda.yaml's answer_prompt.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import numpy as np
 
 VIEWS = {"base_0_rgb": "base", "left_wrist_0_rgb": "left_wrist"}
 LAYOUT_SEEDS = (900300, 900301, 900302)            # evaluation seeds: never in training
-QUESTIONS = ("What have you done?", "what have you done so far?")
-PICK = re.compile(r"\b(pick|picked|took|taken|take|grabbed|grasped|lifted|holding|hold)\b")
-DENIAL = re.compile(r"\b(not|nothing|yet|haven't|didn't)\b")
-
-
-def right(scene: str, answer: str) -> bool:
-    a = answer.lower().split("\n")[0]
-    denial, bowl = DENIAL.search(a) is not None, "bowl" in a
-    pick = PICK.search(a) is not None and not denial
-    if scene == "start":
-        return denial and not bowl
-    if scene == "carrying":
-        return pick and not bowl
-    if scene == "done":
-        return bowl and re.search(r"\b(put|placed|place|dropped)\b|in the bowl", a) is not None and not denial
-    return not bowl
+QUESTIONS = ("What have you done?", "what have you done so far?", "What have you achieved?")
 
 
 def main() -> int:
@@ -54,6 +40,7 @@ def main() -> int:
     from oxygen_ros.engine.models.smol_panda.checkpoint import SHIPPED_DIR
     from oxygen_ros.engine.models.smol_panda.training import hparams as hp
     from oxygen_ros.engine.models.smol_panda.training.data import policy_io
+    from oxygen_ros.engine.models.smol_panda.training.progress import answer_right
     from oxygen_ros.engine.registry import load_model
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.engine.text.prompts import fill_answer
@@ -68,9 +55,9 @@ def main() -> int:
         templates = [params_from_file(config_file("smol_panda.yaml"))["answer_prompt"]]
     checkpoint = args.checkpoint or str(SHIPPED_DIR)
     c = hp.CAPTIONS
-    scenes = {  # name: (the expert's phase the arm is posed in, where the cube goes, memory log)
-        "start": ("pre_grasp", "table", [c["table"]]),
-        "carrying": ("carry", "gripper", [c["table"], c["table"], c["gripper"]]),
+    scenes = {  # progress: (the expert's phase the arm is posed in, where the cube goes, memory log)
+        "not_yet": ("pre_grasp", "table", [c["table"]]),
+        "holding": ("carry", "gripper", [c["table"], c["table"], c["gripper"]]),
         "done": ("release", "bowl", [c["table"], c["gripper"], c["bowl"]]),
         "dropped": ("carry", "table", [c["table"], c["gripper"], c["table"]]),
     }
@@ -106,7 +93,7 @@ def main() -> int:
                                     LanguageRequest(fill_answer(template, memory, question), max_new_tokens=40),
                                     deltas=deltas)
                     answer = deltas[-1].full_text if deltas else ""
-                    ok = right(name, answer)
+                    ok = answer_right(name, answer)
                     score += ok
                     print(f"  {'+' if ok else '-'} {name:9s} {seed} {question!r:30s} {answer!r}", flush=True)
         print(f"template {i}: {score}/{len(scenes) * len(LAYOUT_SEEDS) * len(QUESTIONS)} right")

@@ -5,9 +5,10 @@
   scripts/train_panda.py kvcache [--root ...] [--demos ...]        # stage 2's prefix K/V, once
   scripts/train_panda.py stage2  [--root ...] [--steps N] [--until N]
   scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
+  scripts/train_panda.py answers [--root ...] [--demos ...] [--out DIR]   # the learned answer prompt into DIR
   scripts/train_panda.py narrate [--root ...] [--frames N | --every K]  # held-out narration accuracy
 
-Every stage resumes from its run directory (<root>/stage1, <root>/stage2) when rerun.
+Every stage resumes from its run directory (<root>/stage1, <root>/stage2, <root>/answers) when rerun.
 Hyper-parameters and seeds: oxygen_ros/engine/models/smol_panda/training/hparams.py.
 """
 from __future__ import annotations
@@ -22,18 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["stage1", "kvcache", "stage2", "export", "narrate"])
+    ap.add_argument("command", choices=["stage1", "kvcache", "stage2", "export", "answers", "narrate"])
     ap.add_argument("--root", default="out/train/panda", help="run directory (default out/train/panda)")
     ap.add_argument("--demos", default="out/demos", help="demonstration shards (default out/demos)")
     ap.add_argument("--steps", type=int, default=None, help="total steps of the stage (default: hparams.py)")
     ap.add_argument("--until", type=int, default=None,
                     help="stop at this step on the stage's full schedule (resume later to go on)")
-    ap.add_argument("--out", default=None, help="export: checkpoint directory (default <root>/checkpoint)")
+    ap.add_argument("--out", default=None, help="export, answers: checkpoint directory (default <root>/checkpoint)")
     ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
     ap.add_argument("--every", type=int, default=0,
                     help="narrate: every k-th frame of every held-out episode instead of a balanced sample")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads of stage1 / kvcache / stage2 (default: hparams.py's, 1: the other core "
+                    help="torch threads of stage1 / kvcache / stage2 / answers (default: hparams.py's, 1: the other core "
                          "stays free; 2 on an otherwise idle 2-core machine)")
     args = ap.parse_args(argv)
     root, demos = Path(args.root), Path(args.demos)
@@ -66,6 +67,10 @@ def main(argv=None) -> int:
     elif args.command == "export":
         from oxygen_ros.engine.models.smol_panda.training import export
         export.export(root, Path(args.out) if args.out else root / "checkpoint")
+    elif args.command == "answers":
+        from oxygen_ros.engine.models.smol_panda.training import answers
+        answers.train(root, demos, Path(args.out) if args.out else root / "checkpoint", args.steps,
+                      hp=with_threads(H.Answers()))
     return 0
 
 

@@ -1,7 +1,8 @@
 """The smol-panda weights that ship with the package (issue 41, docs/training.md): they load
 through the checkpoint code a user's checkpoint goes through (config/smol_panda.yaml's
 `checkpoint: ""`), and on one held-out seed the real node, lock-step sim and recorder put the
-cube in the bowl while every narration names the cube's place at its frame."""
+cube in the bowl while every narration names the cube's place at its frame; asked what it has
+done, the model says what its notes show."""
 import json
 import subprocess
 import sys
@@ -24,6 +25,9 @@ def test_the_shipped_weights_are_fp16_and_under_64_mb():
         names = list(f.keys())
         assert {n.split(".")[0] for n in names} == {"vision", "expert"}
         assert all(f.get_slice(n).get_dtype() == "F16" for n in names)
+    with safe_open(str(SHIPPED_DIR / "learned_prompt.safetensors"), "pt") as f:     # the answer prompt
+        rows = f.get_slice("learned_prompt")
+        assert rows.get_shape() == [16, 576] and rows.get_dtype() == "F16"
 
 
 @pytest.mark.ros
@@ -44,3 +48,39 @@ def test_the_shipped_policy_puts_the_cube_in_the_bowl_and_says_where_it_is(tmp_p
     assert e["narrations"] >= 4 and e["narrations_right"] == e["narrations"], samples
     # the words follow the cube: it was narrated on the table, then in the gripper
     assert [s["place"] for s in samples][:4] == ["table", "table", "gripper", "gripper"], samples
+
+
+def test_the_shipped_policy_answers_what_it_has_done_from_its_notes():
+    """"What have you done?" through the engine's isolated path with the shipped weights and
+    their learned answer prompt (config/smol_panda.yaml's template): a rendered held-out scene,
+    the memory log the node would hold, and the answer says the progress the notes show."""
+    import numpy as np
+
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.models.smol_panda.training import hparams as H
+    from oxygen_ros.engine.models.smol_panda.training.data import policy_io
+    from oxygen_ros.engine.models.smol_panda.training.progress import answer_right, progress
+    from oxygen_ros.engine.registry import load_model
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.engine.text.prompts import fill_answer
+    from oxygen_ros.tools import panda_scene as ps
+    from oxygen_ros.tools.panda_world import PandaWorld
+    from oxygen_ros.tools.params_files import config_file, params_from_file
+
+    model, tok = load_model("smol-panda")
+    assert model.learned_prompt.shape == (16, model.cfg.backbone.width)
+    template = params_from_file(config_file("smol_panda.yaml"))["answer_prompt"]
+    with PandaWorld() as world:
+        world.set_layout(ps.layout(SEED))
+        views = {"base_0_rgb": "base", "left_wrist_0_rgb": "left_wrist"}
+        images = {slot: world.render(v, model.cfg.vision.image_size, world.snapshot()) for slot, v in views.items()}
+        obs = policy_io(SHIPPED_DIR, tok, model.cfg).observation(images, np.asarray(world.q, np.float64),
+                                                                 H.INSTRUCTION, stamp=0.0)
+    runner = IsolatedRunner(model, tok)
+    logs = [[], ["table", "table", "gripper"], ["table", "gripper", "gripper", "bowl"], ["table", "gripper", "table"]]
+    for places in logs:
+        deltas = []
+        memory = [H.CAPTIONS[p] for p in places]
+        runner.language(obs, LanguageRequest(fill_answer(template, memory, "What have you done?"), max_new_tokens=24),
+                        deltas=deltas)
+        assert answer_right(progress(places), deltas[-1].full_text), (places, deltas[-1].full_text)

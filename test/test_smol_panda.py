@@ -196,6 +196,106 @@ def test_oxygen_equals_isolated_for_smol_panda(smol_panda):
         assert ref[-1].full_text == finals[rid][-1].full_text
 
 
+ANSWER = "<|im_end|>\n<|im_start|>user\nWhat have you done?<|learned_prompt|><|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture
+def learned(smol_panda):
+    """The fixture's model with 16 random learned-prompt rows (at SmolLM2's embedding scale),
+    removed again afterwards."""
+    model = smol_panda[0]
+    rows = torch.randn(16, model.cfg.backbone.width, generator=torch.Generator().manual_seed(3)) * 0.05
+    model.set_learned_prompt(rows)
+    yield rows
+    model.set_learned_prompt(None)
+
+
+def test_a_learned_prompt_stands_where_its_marker_is(smol_panda, learned):
+    """The marker becomes ids past the vocabulary, one per learned row, between the text's own
+    tokens; their embeddings are the learned rows, every other token's its own."""
+    model, tok, _, _ = smol_panda
+    vocab = model.cfg.backbone.vocab_size
+    before, after = ANSWER.split("<|learned_prompt|>")
+    ids = model.request_ids(tok, ANSWER)
+    assert ids == tok.encode(before) + list(range(vocab, vocab + 16)) + tok.encode(after)
+    x = model.embed_request(torch.tensor([ids]))[0]
+    n = len(tok.encode(before))
+    assert torch.equal(x[n:n + 16], learned)
+    assert torch.equal(x[:n], model.backbone.embed(torch.tensor([tok.encode(before)]))[0])
+
+
+def test_oxygen_equals_isolated_with_a_learned_prompt(smol_panda, learned):
+    """An answer request with learned rows decodes beside a narration, batched across frames,
+    to the same tokens as alone; and the rows decide what it says."""
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.observation.observation import Observation
+    from oxygen_ros.engine.requests import LanguageRequest
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+
+    model, tok, _, _ = smol_panda
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=2, max_queue=8, steps_per_frame=2))
+    iso = IsolatedRunner(model, tok)
+    rng = np.random.default_rng(1)
+    obs = [Observation(images={s: rng.integers(0, 256, (128, 128, 3), dtype=np.uint8) for s in H.CAMERAS},
+                       state=rng.uniform(-1, 1, 8), instruction=H.INSTRUCTION) for _ in range(4)]
+    narration = LanguageRequest(H.NARRATION_PROMPT, stream="narration", max_new_tokens=6, ignore_eos=True)
+    answer = LanguageRequest(ANSWER, stream="answer", max_new_tokens=6, ignore_eos=True)
+    ids = {engine.submit(narration): (narration, 0)}
+    texts = {}
+    for f, o in enumerate(obs):
+        if f == 1:
+            ids[engine.submit(answer)] = (answer, 1)
+        for d in engine.step(o, torch.zeros(10, 8)).deltas:
+            texts[d.request_id] = d.full_text
+    for rid, (req, f) in ids.items():
+        ref = []
+        iso.language(obs[f], LanguageRequest(req.prompt, max_new_tokens=6, ignore_eos=True), deltas=ref)
+        assert ref[-1].full_text == texts[rid]
+    # the same answer with other rows: other hidden states after the marker
+    prompt = torch.tensor([model.request_ids(tok, ANSWER)])
+    pool = model.new_pool(1, 256)
+    with torch.inference_mode():
+        plen = model.observation_prefix(obs[1], tok).shape[1]
+        model.prefill(model.observation_prefix(obs[1], tok), pool, 0)
+        first = model.extend(prompt, pool, 0, plen)[0, -1].clone()
+        model.set_learned_prompt(-learned)
+        second = model.extend(prompt, pool, 0, plen)[0, -1]
+    assert (first - second).abs().max() > 1e-2
+
+
+def test_a_prompt_counts_its_learned_rows_and_needs_them(smol_panda, learned):
+    """The prompt limit counts each learned row; a marker with no learned prompt is refused
+    with what is missing, not read as text."""
+    from oxygen_ros.engine.requests import LanguageRequest, RequestRejected
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+
+    model, tok, _, _ = smol_panda
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=1, max_queue=2))
+    engine.submit(LanguageRequest("<|learned_prompt|>" * 10, stream="answer"))          # 160 tokens: fits
+    with pytest.raises(RequestRejected, match="176 tokens, the limit is 160"):
+        engine.submit(LanguageRequest("<|learned_prompt|>" * 11, stream="answer"))
+    model.set_learned_prompt(None)
+    with pytest.raises(RequestRejected, match="no learned prompt.*learned_prompt.safetensors"):
+        engine.submit(LanguageRequest(ANSWER, stream="answer"))
+
+
+def test_the_loader_reads_a_checkpoints_learned_prompt(tmp_path):
+    """learned_prompt.safetensors beside model.safetensors (fp16) loads with the checkpoint;
+    a file of another shape is refused naming it."""
+    _gguf_or_skip()
+    from oxygen_ros.engine.models.smol_panda import learned_prompt
+    from oxygen_ros.engine.registry import load_model
+
+    _random_checkpoint(tmp_path)
+    rows = torch.randn(8, SMOL_PANDA.backbone.width)
+    learned_prompt.write(tmp_path, rows)
+    model, _ = load_model("smol-panda", checkpoint=str(tmp_path))
+    assert torch.equal(model.learned_prompt, rows.half().float())
+    learned_prompt.write(tmp_path, torch.zeros(8, 7))
+    with pytest.raises(ValueError, match=r"learned_prompt.safetensors must hold one tensor 'learned_prompt' \[n, 576\]"):
+        learned_prompt.read(tmp_path, SMOL_PANDA.backbone.width)
+
+
 def test_export_writes_the_trained_parts_in_fp16_within_64_mb(tmp_path):
     """export: stage 1's encoder + stage 2's expert -> one fp16 model.safetensors (<= 64 MB)
     with the loader's tensor names, beside the statistics and config from <root>/io."""
@@ -416,3 +516,14 @@ def test_stage2_resumed_trains_as_one_run_with_its_batches_fetched_ahead(tmp_pat
     flows = [[r["flow"] for r in map(json.loads, (root / "stage2" / "log.jsonl").read_text().splitlines())
               if r["kind"] == "step"] for root in (tmp_path / "a", tmp_path / "b")]
     assert len(flows[0]) == 4 and flows[0] == flows[1]
+
+
+def test_the_profiles_params_use_the_training_prompts():
+    """config/smol_panda.yaml asks the node's questions the way the model was trained to hear
+    them: its narration and memory prompts are the captions', its answer prompt the learned
+    prompt's (with the marker where the rows were learned)."""
+    from oxygen_ros.tools.params_files import config_file, params_from_file
+
+    p = params_from_file(config_file("smol_panda.yaml"))
+    assert p["narration_prompt"] == p["memory_prompt"] == H.NARRATION_PROMPT
+    assert p["answer_prompt"] == H.ANSWER_PROMPT and H.ANSWER_PROMPT.count("<|learned_prompt|>") == 1

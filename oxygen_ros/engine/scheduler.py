@@ -97,7 +97,7 @@ class EngineBase:
         """RequestRejected if the request itself cannot be served (its prompt, its token limit)."""
         if not req.prompt or not req.prompt.strip():
             raise RequestRejected("empty prompt")
-        n = len(self.tok.encode(req.prompt))
+        n = len(self.prompt_ids(req))       # RequestRejected where it names a part the model lacks
         limit = self.model.cfg.max_prompt_tokens
         if n > limit:
             raise RequestRejected(f"prompt has {n} tokens, the limit is {limit}")

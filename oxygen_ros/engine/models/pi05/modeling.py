@@ -51,6 +51,10 @@ class VLAModel(EngineModel):
         """A language request's tokens after the prefix: the prompt as it is."""
         return tok.encode(prompt)
 
+    def embed_request(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings [B, T, W] of request prompt ids [B, T] (a profile may add learned ones)."""
+        return self.backbone.embed(ids)
+
     def embed_prefix(self, images: torch.Tensor, prompt_ids: list[int]) -> torch.Tensor:
         """Valid camera images [N, 3, S, S] + prompt token ids -> prefix embeddings [1, L, W].
 
@@ -103,7 +107,7 @@ class VLAModel(EngineModel):
         b, t = ids.shape
         if start + t > pool.max_len:
             raise ValueError(f"prefix {start} + prompt {t} tokens exceed the KV slot length {pool.max_len}")
-        x = self.backbone.embed(ids)
+        x = self.embed_request(ids)
         positions = torch.arange(start, start + t, device=self.device)[None].expand(b, t)
         mask = torch.ones(t, start + t, dtype=torch.bool, device=self.device)
         mask[:, start:] = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()

