@@ -74,13 +74,6 @@ def change_locked(namespace, *, deadline):
     d = Driver(namespace)
     try:
         out = {"state": d.state(timeout=20.0)}
-        # the recorder (started before this peer) reads /parameter_events
-        d.wait_until(lambda: any(i.node_name == "oxygen_recorder" for i in
-                                 d.node.get_subscriptions_info_by_topic("/parameter_events")),
-                     10.0, "the recorder's /parameter_events subscription")
-        # seen from here is not yet matched by the node's publisher: under load the match came
-        # after both sets once (a CI run's bag held no change); give discovery a moment
-        time.sleep(1.5)
         out["instruction"] = d.set_param("instruction", "throw the cube away")        # not allowed, live
         out["limits"] = d.set_param("joint_upper_limits", [3.0] * 8)                 # not allowed, configure-time
         out["action_limits"] = d.set_param("action_upper_limits", [100.0] * 8)       # not allowed, unset before
@@ -186,10 +179,15 @@ def test_parameters_outside_the_allow_list_are_refused_and_accepted_changes_logg
     from test_record import Recorder
 
     from oxygen_ros.tools.bag_read import read_bag
+    from oxygen_ros.tools.bag_recorder import BagRecorder
 
     node = start_node(changeable_parameters=["narration_every_n_frames"], narration_every_n_frames=5)
     rec = Recorder(tmp_path / "bag", node.namespace)
     try:
+        # the recorder's reader matched the node's /parameter_events writer (seeing the reader in
+        # the graph was not enough: under load DDS matched it after both sets once, and a CI
+        # run's bag held no change)
+        rec.wait_for_line(BagRecorder.MATCHED_PARAMETER_EVENTS, 30.0)
         r = run_peers(__file__, {"driver": ["change_locked", node.namespace]}, timeout=60)["driver"]
     finally:
         out = rec.stop()

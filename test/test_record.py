@@ -102,6 +102,13 @@ class Recorder:
                 raise AssertionError("the recorder did not start:\n" + "".join(self.lines))
             time.sleep(0.05)
 
+    def wait_for_line(self, start: str, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while not any(line.startswith(start) for line in list(self.lines)):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise AssertionError(f"the recorder printed no {start!r} line:\n" + "".join(self.lines))
+            time.sleep(0.05)
+
     def stop(self, sig=signal.SIGINT, timeout=15.0) -> str:
         self.proc.send_signal(sig)
         try:

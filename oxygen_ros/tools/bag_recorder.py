@@ -227,20 +227,34 @@ class BagRecorder:
         return list(self.counts)
 
     MATCHED = "recorder matched the publishers of all"   # the line `oxygen demo` waits for
+    MATCHED_PARAMETER_EVENTS = "recorder matched every /parameter_events publisher"
     NODE_NAME = "oxygen_recorder"                       # `oxygen demo` names it in await_recorders
 
     def report_when_matched(self, period_s: float = 0.1) -> None:
         """Print one line (MATCHED ...) once this recorder's own readers have matched every
         publisher the graph shows, at least one, on each of the node's topics: from then on
-        nothing the node publishes misses the bag (DDS matches topic by topic). Not
-        /parameter_events: every node in the graph publishes it, this recorder too; not
-        /tf: the sim's, not the node's."""
+        nothing the node publishes misses the bag (DDS matches topic by topic). Not /tf: the
+        sim's, not the node's. /parameter_events gets its own line (MATCHED_PARAMETER_EVENTS),
+        at the first moment its reader matched as many publishers as the graph shows: every
+        node publishes it, so the count changes as nodes come and go, and a caller that needs a
+        parameter change in the bag waits for that line after its node started."""
         subs = [s for s in self._subs if s.topic_name in self.output_topics and s.topic_name != PARAMETER_EVENTS]
+        events = [s for s in self._subs if s.topic_name == PARAMETER_EVENTS]
+
+        def matched(group) -> bool:
+            return all(0 < self.node.count_publishers(s.topic_name) <= s.get_publisher_count() for s in group)
+
+        waiting = {"outputs": True, "events": bool(events)}
 
         def check():
-            if all(0 < self.node.count_publishers(s.topic_name) <= s.get_publisher_count() for s in subs):
-                timer.cancel()
+            if waiting["outputs"] and matched(subs):
                 print(f"{self.MATCHED} {len(subs)} topics of the node", flush=True)
+                waiting["outputs"] = False
+            if waiting["events"] and matched(events):
+                print(f"{self.MATCHED_PARAMETER_EVENTS} ({events[0].get_publisher_count()})", flush=True)
+                waiting["events"] = False
+            if not any(waiting.values()):
+                timer.cancel()
 
         timer = self.node.create_timer(period_s, check)
 
