@@ -4,10 +4,10 @@ each template answers four scenes (rendered in the Panda scene on held-out layou
 the memory log the node would hold by then) through the engine's isolated path, greedily, and
 each answer is judged by a plain rule (training/progress.py answer_right):
 
-  not_yet   (cube on the table; notes: table)                 a denial ("not", "nothing", "yet"), no pick, no bowl
-  holding   (cube in the gripper; notes: table, table, gripper) a pick word, no bowl
+  not_yet   (cube on the table; notes: table)                 a denial ("not", "nothing", "yet"), no bowl
+  holding   (cube in the gripper; notes: table, table, gripper) a pick word, no loss ("fell"), no bowl
   done      (cube in the bowl; notes: table, gripper, bowl)    "bowl" with put / placed / in the bowl
-  dropped   (cube on the table; notes: table, gripper, table)  no claim of the bowl
+  dropped   (cube on the table; notes: table, gripper, table)  a pick and its loss, neither holding nor the bowl
 
 The third question is not among those the learned prompt was trained with (hparams.QUESTIONS).
 

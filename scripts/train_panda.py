@@ -5,7 +5,7 @@
   scripts/train_panda.py kvcache [--root ...] [--demos ...]        # stage 2's prefix K/V, once
   scripts/train_panda.py stage2  [--root ...] [--steps N] [--until N]
   scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
-  scripts/train_panda.py answers [--root ...] [--demos ...] [--out DIR]   # the learned answer prompt into DIR
+  scripts/train_panda.py answers [--root ...] [--out DIR]           # the learned answer prompt into DIR
   scripts/train_panda.py narrate [--root ...] [--frames N | --every K]  # held-out narration accuracy
 
 Every stage resumes from its run directory (<root>/stage1, <root>/stage2, <root>/answers) when rerun.
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         export.export(root, Path(args.out) if args.out else root / "checkpoint")
     elif args.command == "answers":
         from oxygen_ros.engine.models.smol_panda.training import answers
-        answers.train(root, demos, Path(args.out) if args.out else root / "checkpoint", args.steps,
+        answers.train(root, Path(args.out) if args.out else root / "checkpoint", args.steps,
                       hp=with_threads(H.Answers()))
     return 0
 

@@ -342,6 +342,11 @@ def test_answer_prompt_drops_the_oldest_memory_until_it_fits():
     assert log.answer_prompt(tpl, "why?", len, 25) == "M:\n- four\nQ: why?\nA:"
     with pytest.raises(PromptTooLong, match="question too long"):
         log.answer_prompt(tpl, "why" * 20, len, 25)
+    # {latest}: the newest entry alone, kept however many older ones are dropped
+    tpl = "M:\n{memory}\nL: {latest}\nQ: {question}"
+    assert log.answer_prompt(tpl, "why?", len, 100) == "M:\n- two words\n- three\n- four\nL: four\nQ: why?"
+    assert log.answer_prompt(tpl, "why?", len, 26) == "M:\n- four\nL: four\nQ: why?"
+    assert MemoryLog(2).answer_prompt(tpl, "why?", len, 100) == "M:\n(nothing yet)\nL: (nothing yet)\nQ: why?"
 
 
 def test_question_board_limits_questions_in_flight_until_the_engine_finishes_them():

@@ -527,3 +527,20 @@ def test_the_profiles_params_use_the_training_prompts():
     p = params_from_file(config_file("smol_panda.yaml"))
     assert p["narration_prompt"] == p["memory_prompt"] == H.NARRATION_PROMPT
     assert p["answer_prompt"] == H.ANSWER_PROMPT and H.ANSWER_PROMPT.count("<|learned_prompt|>") == 1
+
+
+def test_progress_follows_the_places_and_the_judge_tells_the_four_answers_apart():
+    """progress.py: the learned prompt's target from a log of places, the ground truth's at a
+    moment of an episode's timeline, and answer_right, which accepts each progress state's
+    sentence and no other's (nor SmolLM2's zero-shot "The robot has done that.")."""
+    from oxygen_ros.engine.models.smol_panda.training.progress import answer_right, progress, progress_at
+
+    assert [progress(p) for p in ([], ["table", "table"], ["table", "gripper"], ["gripper", "bowl"],
+                                  ["table", "gripper", "table"], ["gripper", "table", "gripper"])] == \
+        ["not_yet", "not_yet", "holding", "done", "dropped", "holding"]
+    timeline = [{"place": "table", "start_s": 0.0, "end_s": 6.7}, {"place": "gripper", "start_s": 6.7, "end_s": 10.5},
+                {"place": "bowl", "start_s": 10.5, "end_s": 12.0}]
+    assert [progress_at(timeline, t) for t in (0.0, 6.69, 6.7, 11.0)] == ["not_yet", "not_yet", "holding", "done"]
+    for key, sentence in H.PROGRESS.items():
+        assert [answer_right(k, sentence) for k in H.PROGRESS] == [k == key for k in H.PROGRESS], sentence
+        assert not answer_right(key, "The robot has done that.")

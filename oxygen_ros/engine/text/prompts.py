@@ -10,9 +10,10 @@ SmolLM2's chat turns (close the prefix's `<|im_start|>` turn with `<|im_end|>`, 
 the user, open the assistant's turn), which gave far better English than plain prompts
 with the placeholder vision tokens in front.
 
-The answer template has two fields, replaced literally (no str.format, so braces in a
-question are safe): {memory} -> the memory log, one "- entry" line each ("(nothing yet)"
-when empty), {question} -> the question.
+The answer template has three fields, replaced literally (no str.format, so braces in a
+question are safe): {memory} -> the memory log, one "- entry" line each, oldest first
+("(nothing yet)" when empty), {latest} -> its newest entry alone (a small model reads the
+latest note better where the template names it), {question} -> the question.
 """
 from __future__ import annotations
 
@@ -24,4 +25,5 @@ EMPTY_MEMORY = "(nothing yet)"
 
 def fill_answer(template: str, memory: list[str], question: str) -> str:
     lines = "\n".join(f"- {e}" for e in memory) if memory else EMPTY_MEMORY
-    return template.replace("{memory}", lines).replace("{question}", question)
+    latest = memory[-1] if memory else EMPTY_MEMORY
+    return template.replace("{memory}", lines).replace("{latest}", latest).replace("{question}", question)

@@ -4,13 +4,13 @@ image encoder and the expert stay frozen. The prefixes, hence the actions and na
 the shipped weights, are untouched; the rows stand where the answer template writes
 <|learned_prompt|> (learned_prompt.py).
 
-Each sample is a stored training frame (stage 2's prefix K/V: kv_cache.py) with a memory
-log as the node would hold it: notes of the cube's place (the narration captions) every 2-8
-s before that frame, the latest memory_size of them, a few named wrongly; a share of the
-logs are made for a progress drawn uniformly instead, so that the cube in the bowl (rarely in a
-note of the demos) and drops (never) are learned as often, and the answer cannot lean on the
-image. The target is one of four sentences (hparams.PROGRESS), chosen from
-the log alone (progress.py): the answer repeats what the notes say.
+Each sample is a stored frame (stage 2's prefix K/V: kv_cache.py) with a memory log made
+for one of the four progress states drawn uniformly (notes of the cube's place as the
+narration captions say them, a few named wrongly), a question (hparams.QUESTIONS) and the
+target sentence the log calls for (progress.py). The log is drawn apart from the frame: the
+answer repeats what the notes say, whatever the image shows. (Logs that follow each frame's
+episode taught the image instead: with notes a few seconds behind, a cube at the bowl mostly
+came with "holding", and a log ending in the bowl was answered "holding" too.)
 """
 from __future__ import annotations
 
@@ -27,30 +27,22 @@ from ..configuration import SMOL_PANDA
 from ..loading import load_smol_panda
 from ....text.prompts import fill_answer
 from . import hparams as H
-from .data import episode_files
 from .kv_cache import KVStore, train_parts
 from .progress import progress
 from .run import Run, lr_at
 
 
-def episode_notes(places: np.ndarray, t: int, hp: H.Answers, rng: np.random.Generator) -> list[str]:
-    """Notes taken every memory_period frames up to frame t (the last one at most a period
-    before it), the latest memory_size, each wrong with probability note_noise."""
-    period = int(rng.integers(hp.memory_period[0], hp.memory_period[1] + 1))
-    times = list(range(t - int(rng.integers(0, period)), -1, -period))[::-1][-hp.memory_size:]
-    return [noisy(H.PLACES[places[i]], hp, rng) for i in times]
-
-
 def random_notes(hp: H.Answers, rng: np.random.Generator) -> list[str]:
-    """A log made for a progress drawn uniformly (the demos rarely leave a note with the cube
-    in the bowl, and never drop it): runs of notes per place, in the task's order."""
+    """A memory log made for a progress drawn uniformly: runs of notes per place in the task's
+    order (a third of the held cubes regrasped), the latest memory_size, a few named wrongly."""
     key = ("not_yet", "holding", "done", "dropped")[int(rng.integers(4))]
-    runs = {"not_yet": ("table",), "holding": ("table", "gripper"), "done": ("table", "gripper", "bowl"),
-            "dropped": ("table", "gripper", "table")}[key]
+    runs = {"not_yet": ["table"], "holding": ["table", "gripper"], "done": ["table", "gripper", "bowl"],
+            "dropped": ["table", "gripper", "table"]}[key]
+    if key == "holding" and rng.random() < 1 / 3:
+        runs += ["table", "gripper"]
     notes = []
     for i, place in enumerate(runs):
-        least = 0 if i == 0 else 1                      # the places after the first are seen
-        notes += [place] * int(rng.integers(least, 4))
+        notes += [place] * int(rng.integers(0 if i == 0 else 1, 4))     # the places after the first are seen
     return [noisy(p, hp, rng) for p in notes[-hp.memory_size:]]
 
 
@@ -63,24 +55,18 @@ def noisy(place: str, hp: H.Answers, rng: np.random.Generator) -> str:
 class Samples:
     """Stored prefixes with memory logs, questions and target answers."""
 
-    def __init__(self, store: KVStore, demo_dir: Path, hp: H.Answers):
+    def __init__(self, store: KVStore, hp: H.Answers):
         self.store, self.hp = store, hp
-        files = episode_files(demo_dir)
-        index = np.asarray(store.meta["frame_index"], dtype=np.int64).reshape(-1, 2)[:store.done]
-        self.frames = index
-        self.places = {}
-        for seed in np.unique(index[:, 0]):
-            with np.load(files[int(seed)]) as d:
-                self.places[int(seed)] = d["place"]
+
+    def __len__(self) -> int:
+        return self.store.done
 
     def draw(self, n: int, rng: np.random.Generator):
         """(frame indices into the store, memory logs, questions, PROGRESS keys)."""
-        idx = np.sort(rng.choice(len(self.frames), n, replace=False))
+        idx = np.sort(rng.choice(len(self), n, replace=False))
         logs, questions, keys = [], [], []
-        for i in idx:
-            seed, t = self.frames[i]
-            notes = (random_notes(self.hp, rng) if rng.random() < self.hp.synthetic_share
-                     else episode_notes(self.places[int(seed)], int(t), self.hp, rng))
+        for _ in idx:
+            notes = random_notes(self.hp, rng)
             logs.append([H.CAPTIONS[p] for p in notes])
             questions.append(H.QUESTIONS[int(rng.integers(len(H.QUESTIONS)))])
             keys.append(progress(notes))
@@ -121,7 +107,7 @@ def answer_loss(model, tok, store: KVStore, idx, logs, questions, keys):
     return loss, int((wrong == 0).sum())
 
 
-def train(root: Path, demo_dir: Path, out: Path, steps: int | None = None, hp: H.Answers | None = None,
+def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None = None,
           cfg=SMOL_PANDA) -> Path:
     """Learn the rows on <root>'s stored prefixes; write them into checkpoint directory `out`."""
     hp = hp or H.Answers()
@@ -131,8 +117,8 @@ def train(root: Path, demo_dir: Path, out: Path, steps: int | None = None, hp: H
     parts = [KVStore(p) for p in train_parts(root)]
     if not parts:
         raise RuntimeError(f"no stored prefix K/V under {Path(root) / 'kv'}: run `train_panda.py kvcache` first")
-    train_set = [Samples(s, demo_dir, hp) for s in parts]
-    val = Samples(KVStore(Path(root) / "kv" / "val"), demo_dir, hp)
+    train_set = [Samples(s, hp) for s in parts]
+    val = Samples(KVStore(Path(root) / "kv" / "val"), hp)
     model, tok = load_smol_panda(cfg, trained=False)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -145,8 +131,8 @@ def train(root: Path, demo_dir: Path, out: Path, steps: int | None = None, hp: H
         opt.load_state_dict(state["opt"])
     model.learned_prompt = rows               # the buffer embed_request reads, here with autograd
     rng = np.random.default_rng([hp.seed, run.step0])
-    val_batch = val.draw(min(hp.eval_samples, len(val.frames)), np.random.default_rng(hp.seed + 1000))
-    print(f"answers: {sum(len(s.frames) for s in train_set)} training frames, {len(val.frames)} held out; "
+    val_batch = val.draw(min(hp.eval_samples, len(val)), np.random.default_rng(hp.seed + 1000))
+    print(f"answers: {sum(map(len, train_set))} training frames, {len(val)} held out; "
           f"from step {run.step0}", flush=True)
     step = run.step0
     while step < steps:

@@ -13,9 +13,9 @@ CAPTIONS = {"table": "The cube is on the table.", "gripper": "The cube is in the
             "bowl": "The cube is in the bowl."}
 PLACES = ("table", "gripper", "bowl")          # the demos' place_names order
 # config/smol_panda.yaml's answer_prompt: the learned prompt's rows stand after the question
-ANSWER_PROMPT = ("<|im_end|>\n<|im_start|>user\nNotes about the robot's progress so far:\n{memory}\n\n"
-                 "Given the task above and these notes, answer in one sentence: {question}<|learned_prompt|>"
-                 "<|im_end|>\n<|im_start|>assistant\n")
+ANSWER_PROMPT = ("<|im_end|>\n<|im_start|>user\nNotes about the robot's progress so far, oldest first:\n{memory}\n\n"
+                 "The newest note: {latest}\n\nGiven the task above and these notes, answer in one sentence: "
+                 "{question}<|learned_prompt|><|im_end|>\n<|im_start|>assistant\n")
 # what the answer says, by the memory log's places (training/progress.py)
 PROGRESS = {"not_yet": "I have not picked up the cube yet.",
             "holding": "I picked up the cube and I am holding it.",
@@ -85,7 +85,7 @@ class Stage2:
 @dataclass
 class Answers:
     """The learned answer prompt (training/answers.py): SmolLM2 frozen, only these rows learn,
-    on the stored prefixes of stage 2 with memory logs of the frames' true places."""
+    on the stored prefixes of stage 2 with memory logs made for each progress state."""
     seed: int = 3
     steps: int = 400
     batch: int = 8
@@ -93,10 +93,8 @@ class Answers:
     init_text: str = " Answer from the notes: say whether the cube was picked up and if it is in the bowl."
     lr: float = 1e-2
     warmup: int = 10
-    memory_period: tuple = (20, 80)   # demo frames (10 Hz) between memory entries: a note every 2-8 s
     memory_size: int = 8              # config/smol_panda.yaml's memory_log_size
     note_noise: float = 0.05          # a note names another place (the narration is ~90% right)
-    synthetic_share: float = 0.6      # logs made for a progress drawn uniformly (the demos never drop)
     checkpoint_every: int = 25
     eval_every: int = 25
     eval_samples: int = 48

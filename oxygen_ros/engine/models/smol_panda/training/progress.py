@@ -9,6 +9,8 @@ import re
 PICK = re.compile(r"\b(pick|picked|took|taken|take|grabbed|grasped|lifted|holding|hold)\b")
 DENIAL = re.compile(r"\b(not|nothing|yet|haven't|didn't)\b")
 PUT = re.compile(r"\b(put|placed|place|dropped)\b|in the bowl")
+HOLDS = re.compile(r"\b(holding|hold|carrying)\b")
+LOST = re.compile(r"\b(fell|dropped|lost)\b|back on the table")
 
 
 def progress(places: list[str]) -> str:
@@ -31,14 +33,15 @@ def progress_at(timeline: list[dict], t: float) -> str:
 
 def answer_right(key: str, answer: str) -> bool:
     """Whether an answer's first line says progress `key`: not_yet denies and claims no bowl;
-    holding claims a pick and no bowl; done puts the cube in the bowl; dropped claims no bowl."""
+    holding claims a pick, no loss and no bowl; done puts the cube in the bowl; dropped claims
+    a pick and its loss, and neither holding nor the bowl."""
     a = answer.lower().split("\n")[0]
-    denial, bowl = DENIAL.search(a) is not None, "bowl" in a
+    denial, bowl, lost = DENIAL.search(a) is not None, "bowl" in a, LOST.search(a) is not None
     pick = PICK.search(a) is not None and not denial
     if key == "not_yet":
         return denial and not bowl
     if key == "holding":
-        return pick and not bowl
+        return pick and not lost and not bowl
     if key == "done":
         return bowl and PUT.search(a) is not None and not denial
-    return not bowl
+    return pick and lost and not bowl and HOLDS.search(a) is None
