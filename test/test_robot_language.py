@@ -41,13 +41,16 @@ def done(rid: int, stream: str, text: str = "", error: str = "") -> TextDelta:
                      full_text=text, error=error)
 
 
-def words(text: str) -> int:
-    """A token a word: RobotLanguage counts the answer prompt with the function it is given."""
-    return len(text.split())
+class WordTokenizer:
+    """A token a word: RobotLanguage counts the answer prompt with the tokenizer itself."""
+
+    def encode(self, text: str, add_bos: bool = False) -> list[int]:
+        return list(range(len(text.split())))
 
 
 def language(engine=None, **kw) -> RobotLanguage:
-    return RobotLanguage(engine or FakeEngine(), words, 200, memory_log_size=2, max_questions=2, period_s=0.1, **kw)
+    return RobotLanguage(engine or FakeEngine(), WordTokenizer(), 200, memory_log_size=2,
+                         max_questions=2, period_s=0.1, **kw)
 
 
 def test_a_stream_starts_on_its_turn_and_only_once_its_last_request_finished():

@@ -34,15 +34,15 @@ def _no_stall() -> str:
 
 
 class RobotLanguage:
-    def __init__(self, engine, count_tokens: Callable[[str], int], prompt_limit: int, memory_log_size: int,
+    def __init__(self, engine, tokenizer, prompt_limit: int, memory_log_size: int,
                  max_questions: int = 1, period_s: float = 0.0, stalled: Callable[[], str] = _no_stall):
         """engine: this robot's side of the engine (submit(req) -> id, backlog(), config,
-        frame_index): an OxygenEngine or a fleet's RobotView; count_tokens(prompt) (the
-        length of the model's request_ids) and prompt_limit bound the answer prompt; max_questions: questions in flight on the
+        frame_index): an OxygenEngine or a fleet's RobotView; tokenizer (its encode counts)
+        and prompt_limit bound the answer prompt; max_questions: questions in flight on the
         board; period_s: the frame period the answer estimate starts from; stalled() -> why
         this robot's frames are not running now ("" while they run), for a waiting question."""
         self.engine = engine
-        self._count_tokens, self._prompt_limit, self._stalled = count_tokens, prompt_limit, stalled
+        self._tokenizer, self._prompt_limit, self._stalled = tokenizer, prompt_limit, stalled
         self.memory = MemoryLog(memory_log_size)
         self.board = QuestionBoard(max_questions)
         self.answers = AnswerEstimator(period_s)
@@ -89,14 +89,16 @@ class RobotLanguage:
         PromptTooLong if even an empty memory does not fit."""
         return self.memory.answer_prompt(template, question, self._count_tokens, self._prompt_limit)
 
+    def _count_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text))
+
     def estimate(self, tokens: int, stalled: str = "") -> Estimate:
         """When an answer of `tokens` asked now would be complete, behind the board's questions."""
         return self.answers.estimate(tokens, self.board.waiting_tokens(), stalled)
 
     def ask(self, template: str, question: str, tokens: int) -> Question:
         """A question onto the board (any thread); the next frame starts it and its caller
-        waits on `Question.event`. PromptTooLong, QuestionRejected, RequestRejected (a prompt
-        naming a part the model lacks)."""
+        waits on `Question.event`. PromptTooLong, QuestionRejected."""
         return self.board.open(self.answer_prompt(template, question), tokens)
 
     def start_questions(self) -> None:
@@ -135,7 +137,7 @@ class RobotLanguage:
             raise QuestionRefused(f"cannot answer within {timeout_s:g} s: {estimate.describe()}")
         try:
             q = self.ask(template, question, tokens)
-        except (PromptTooLong, QuestionRejected, RequestRejected) as e:
+        except (PromptTooLong, QuestionRejected) as e:
             raise QuestionRefused(str(e)) from e
         why = unavailable()
         if why:                            # gone meanwhile (deactivated): nobody would answer
