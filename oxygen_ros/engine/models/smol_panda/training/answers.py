@@ -24,9 +24,9 @@ import torch.nn.functional as F
 
 from .. import learned_prompt
 from ..configuration import SMOL_PANDA
-from ..loading import load_smol_panda
 from ....text.prompts import fill_answer
 from . import hparams as H
+from .common import training_model
 from .kv_cache import KVStore, train_parts
 from .progress import progress
 from .run import Run, lr_at
@@ -119,9 +119,8 @@ def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None 
         raise RuntimeError(f"no stored prefix K/V under {Path(root) / 'kv'}: run `train_panda.py kvcache` first")
     train_set = [Samples(s, hp) for s in parts]
     val = Samples(KVStore(Path(root) / "kv" / "val"), hp)
-    model, tok = load_smol_panda(cfg, trained=False)
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model, tok = training_model(cfg)
+    model.requires_grad_(False)                 # only the rows learn
     init = model.backbone.embed(torch.tensor([tok.encode(hp.init_text)]))[0]
     rows = init[torch.arange(hp.rows) % init.shape[0]].clone().requires_grad_(True)
     opt = torch.optim.AdamW([rows], lr=hp.lr, weight_decay=0.0)
