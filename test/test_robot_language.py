@@ -20,7 +20,7 @@ SETTINGS = {"narration_every_n_frames": 1, "narration_prompt": "say", "narration
 
 
 class FakeEngine:
-    """The surface RobotLanguage uses: submit, backlog, config, frame_index."""
+    """The surface RobotLanguage uses: submit, prompt_tokens, backlog, config, frame_index."""
 
     def __init__(self, reject: bool = False):
         self.config = SimpleNamespace(max_new_tokens=16)
@@ -35,21 +35,18 @@ class FakeEngine:
     def backlog(self) -> Backlog:
         return Backlog(live=(), queued=(), slots=4, steps_per_frame=4)
 
+    def prompt_tokens(self, prompt: str) -> int:
+        """A token a word: RobotLanguage fits the answer prompt by the engine's count."""
+        return len(prompt.split())
+
 
 def done(rid: int, stream: str, text: str = "", error: str = "") -> TextDelta:
     return TextDelta(request_id=rid, stream=stream, start_frame=0, delta="", token_count=0, done=True,
                      full_text=text, error=error)
 
 
-class WordTokenizer:
-    """A token a word: RobotLanguage counts the answer prompt with the tokenizer itself."""
-
-    def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        return list(range(len(text.split())))
-
-
 def language(engine=None, **kw) -> RobotLanguage:
-    return RobotLanguage(engine or FakeEngine(), WordTokenizer(), 200, memory_log_size=2,
+    return RobotLanguage(engine or FakeEngine(), 200, memory_log_size=2,
                          max_questions=2, period_s=0.1, **kw)
 
 

@@ -279,6 +279,31 @@ def test_a_prompt_counts_its_learned_rows_and_needs_them(smol_panda, learned):
         engine.submit(LanguageRequest(ANSWER, stream="answer"))
 
 
+def test_the_answer_prompt_is_fit_to_the_limit_as_the_engine_counts_it(smol_panda, learned):
+    """RobotLanguage leaves out the oldest notes until the answer prompt fits, counting the
+    marker as the engine does (a row a token, not the marker's text): with the shipped
+    template, a full log and a long question, the engine takes the question."""
+    from oxygen_ros.engine.robot_language import RobotLanguage
+    from oxygen_ros.engine.scheduler import EngineConfig, OxygenEngine
+    from oxygen_ros.engine.text.prompts import fill_answer
+
+    model, tok, _, _ = smol_panda
+    limit = model.cfg.max_prompt_tokens
+    engine = OxygenEngine(model, tok, EngineConfig(max_requests=2, max_queue=4))
+    lang = RobotLanguage(engine, limit, memory_log_size=8)
+    for place in ("table",) * 3 + ("gripper",) * 3 + ("bowl",) * 2:
+        lang.memory.add(H.CAPTIONS[place])
+    question = "What have you done so far, and where is the red cube now, exactly, as far as you can tell?"
+    as_text = len(tok.encode(fill_answer(H.ANSWER_PROMPT, lang.memory.entries(), question)))
+    assert as_text <= limit < len(model.request_ids(tok, fill_answer(H.ANSWER_PROMPT, lang.memory.entries(),
+                                                                     question)))
+    q = lang.ask(H.ANSWER_PROMPT, question, 8)
+    assert len(model.request_ids(tok, q.prompt)) <= limit
+    assert q.prompt.count("The cube is on the table.") < 3 and "The newest note: The cube is in the bowl." in q.prompt
+    lang.start_questions()
+    assert q.error == "" and q.request_id >= 1
+
+
 def test_the_loader_reads_a_checkpoints_learned_prompt(tmp_path):
     """learned_prompt.safetensors beside model.safetensors (fp16) loads with the checkpoint;
     a file of another shape is refused naming it."""

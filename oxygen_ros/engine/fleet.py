@@ -360,7 +360,7 @@ class FleetEngine:
 
 class RobotView:
     """One robot's side of a FleetEngine, with the surface of an OxygenEngine that the
-    per-robot code uses (submit, backlog, config, pool, frame_index); frames are the fleet's."""
+    per-robot code uses (submit, prompt_tokens, backlog, config, pool, frame_index); frames are the fleet's."""
 
     def __init__(self, fleet: FleetEngine, robot: RobotId):
         self.fleet, self.robot = fleet, robot
@@ -379,6 +379,9 @@ class RobotView:
 
     def submit(self, req: LanguageRequest) -> int:
         return self.fleet.submit(self.robot, req)
+
+    def prompt_tokens(self, prompt: str) -> int:
+        return self.fleet.core.prompt_tokens(prompt)
 
     def backlog(self) -> Backlog:
         return self.fleet.backlog(self.robot)

@@ -34,15 +34,16 @@ def _no_stall() -> str:
 
 
 class RobotLanguage:
-    def __init__(self, engine, tokenizer, prompt_limit: int, memory_log_size: int,
+    def __init__(self, engine, prompt_limit: int, memory_log_size: int,
                  max_questions: int = 1, period_s: float = 0.0, stalled: Callable[[], str] = _no_stall):
-        """engine: this robot's side of the engine (submit(req) -> id, backlog(), config,
-        frame_index): an OxygenEngine or a fleet's RobotView; tokenizer (its encode counts)
-        and prompt_limit bound the answer prompt; max_questions: questions in flight on the
+        """engine: this robot's side of the engine (submit(req) -> id, prompt_tokens(text),
+        backlog(), config, frame_index): an OxygenEngine or a fleet's RobotView; the answer
+        prompt is fit to prompt_limit as the engine counts it (a learned prompt's marker is
+        its rows, not its text); max_questions: questions in flight on the
         board; period_s: the frame period the answer estimate starts from; stalled() -> why
         this robot's frames are not running now ("" while they run), for a waiting question."""
         self.engine = engine
-        self._tokenizer, self._prompt_limit, self._stalled = tokenizer, prompt_limit, stalled
+        self._prompt_limit, self._stalled = prompt_limit, stalled
         self.memory = MemoryLog(memory_log_size)
         self.board = QuestionBoard(max_questions)
         self.answers = AnswerEstimator(period_s)
@@ -86,11 +87,9 @@ class RobotLanguage:
     # -- questions -----------------------------------------------------------------------------
     def answer_prompt(self, template: str, question: str) -> str:
         """`template` filled with the memory log and `question`, cut to the prompt limit;
-        PromptTooLong if even an empty memory does not fit."""
-        return self.memory.answer_prompt(template, question, self._count_tokens, self._prompt_limit)
-
-    def _count_tokens(self, text: str) -> int:
-        return len(self._tokenizer.encode(text))
+        PromptTooLong if even an empty memory does not fit; RequestRejected if the template
+        names a part the model lacks."""
+        return self.memory.answer_prompt(template, question, self.engine.prompt_tokens, self._prompt_limit)
 
     def estimate(self, tokens: int, stalled: str = "") -> Estimate:
         """When an answer of `tokens` asked now would be complete, behind the board's questions."""
@@ -98,7 +97,7 @@ class RobotLanguage:
 
     def ask(self, template: str, question: str, tokens: int) -> Question:
         """A question onto the board (any thread); the next frame starts it and its caller
-        waits on `Question.event`. PromptTooLong, QuestionRejected."""
+        waits on `Question.event`. PromptTooLong, QuestionRejected, RequestRejected."""
         return self.board.open(self.answer_prompt(template, question), tokens)
 
     def start_questions(self) -> None:
@@ -137,7 +136,7 @@ class RobotLanguage:
             raise QuestionRefused(f"cannot answer within {timeout_s:g} s: {estimate.describe()}")
         try:
             q = self.ask(template, question, tokens)
-        except (PromptTooLong, QuestionRejected) as e:
+        except (PromptTooLong, QuestionRejected, RequestRejected) as e:
             raise QuestionRefused(str(e)) from e
         why = unavailable()
         if why:                            # gone meanwhile (deactivated): nobody would answer

@@ -147,6 +147,11 @@ class EngineBase:
     def prompt_ids(self, req: LanguageRequest) -> list[int]:
         return self.model.request_ids(self.tok, req.prompt)
 
+    def prompt_tokens(self, prompt: str) -> int:
+        """The tokens `prompt` takes against the prompt limit, as submit counts them (a learned
+        prompt's marker is its rows). RequestRejected where it names a part the model lacks."""
+        return len(self.model.request_ids(self.tok, prompt))
+
     def accept_token(self, live: LiveRequest, token: int, deltas: list[TextDelta]) -> bool:
         """Record a generated token and its text delta; True when the request is done."""
         req = live.req

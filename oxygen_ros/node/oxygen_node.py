@@ -306,7 +306,7 @@ class OxygenNode(LifecycleNode):
                      monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
                                           p["input_problem_hold_s"]),
                      stats=(stats := LoopStats()), robot_time=robot_time,
-                     language=RobotLanguage(engine, tok, cfg.max_prompt_tokens, p["memory_log_size"],
+                     language=RobotLanguage(engine, cfg.max_prompt_tokens, p["memory_log_size"],
                                             self.get_parameter("max_concurrent_questions").value, period_s,
                                             stalled=stats.stalled))
         self._serving.robots[robot] = rt   # so that _release frees what was created if a later step fails

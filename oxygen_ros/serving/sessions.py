@@ -128,7 +128,7 @@ class SessionHub:
                 raise ServerFull(f"the server serves at most {self.max_sessions} sessions at once (--max-sessions)")
             robot = self._free.pop()
             # a view, not engine.view(): registering the robot is the engine thread's (act, submit)
-            language = RobotLanguage(RobotView(self.engine, robot), self.tok, self.model.cfg.max_prompt_tokens,
+            language = RobotLanguage(RobotView(self.engine, robot), self.model.cfg.max_prompt_tokens,
                                      self.language.memory_log_size)
             s = Session(robot, inputs, torch.Generator().manual_seed(self.seed), language)
             self._sessions[robot] = s
