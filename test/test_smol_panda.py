@@ -569,3 +569,48 @@ def test_progress_follows_the_places_and_the_judge_tells_the_four_answers_apart(
     for key, sentence in H.PROGRESS.items():
         assert [answer_right(k, sentence) for k in H.PROGRESS] == [k == key for k in H.PROGRESS], sentence
         assert not answer_right(key, "The robot has done that.")
+
+
+def test_answer_batches_pair_each_log_with_a_twin_that_differs_in_its_newest_notes_only():
+    """answers.Samples.draw(twins=True): each frame comes twice, under one question, once with a
+    log and once with its twin (answers.TWIN): the same older notes, other newest ones, another
+    answer. Without twins every frame is drawn once."""
+    from types import SimpleNamespace
+
+    from oxygen_ros.engine.models.smol_panda.training.answers import TWIN, Samples
+
+    place = {caption: p for p, caption in H.CAPTIONS.items()}
+
+    def without_last_run(notes, run):
+        notes = list(notes)
+        while run is not None and notes and notes[-1] == run:
+            notes.pop()
+        return notes
+
+    samples = Samples(SimpleNamespace(done=500), H.Answers(note_noise=0.0))
+    rng = np.random.default_rng(0)
+    pairs = set()
+    for _ in range(40):
+        idx, logs, questions, keys = samples.draw(8, rng, twins=True)
+        assert len(idx) == 8 and len(set(idx.tolist())) == 4
+        for i in range(0, 8, 2):
+            assert idx[i] == idx[i + 1] and questions[i] == questions[i + 1]
+            first, second = [place[c] for c in logs[i]], [place[c] for c in logs[i + 1]]
+            last, new = TWIN[keys[i]]
+            assert second[-1] == new and keys[i + 1] != keys[i]
+            older_first, older_second = without_last_run(first, last), without_last_run(second, new)
+            n = min(len(older_first), len(older_second))       # the log keeps the newest memory_size
+            assert older_first[len(older_first) - n:] == older_second[len(older_second) - n:]
+            pairs.add((keys[i], keys[i + 1]))
+    assert pairs == {("done", "dropped"), ("dropped", "done"), ("holding", "done"), ("not_yet", "holding")}
+    idx, _, _, _ = samples.draw(8, rng)
+    assert len(set(idx.tolist())) == 8
+
+
+def test_the_deciding_tokens_are_where_an_answer_parts_from_another():
+    """answers.deciding_tokens: the positions where an answer's tokens first differ from each
+    other answer's (the loss weighs them by Answers.decision_weight)."""
+    from oxygen_ros.engine.models.smol_panda.training.answers import deciding_tokens
+
+    answers = {"not_yet": [1, 2, 3], "holding": [1, 5, 6, 7], "done": [1, 5, 6, 8], "dropped": [1, 5, 9]}
+    assert deciding_tokens(answers) == {"not_yet": {1}, "holding": {1, 2, 3}, "done": {1, 2, 3}, "dropped": {1, 2}}

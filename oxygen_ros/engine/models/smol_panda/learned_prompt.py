@@ -64,6 +64,7 @@ def write(checkpoint_dir: Path, rows: torch.Tensor) -> Path:
     from safetensors.torch import save_file
 
     path = Path(checkpoint_dir) / FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     save_file({TENSOR: rows.detach().to("cpu", torch.float16).contiguous()}, str(tmp),
               metadata={"profile": "smol-panda"})

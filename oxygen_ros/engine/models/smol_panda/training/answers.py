@@ -10,7 +10,10 @@ narration captions say them, a few named wrongly), a question (hparams.QUESTIONS
 target sentence the log calls for (progress.py). The log is drawn apart from the frame: the
 answer repeats what the notes say, whatever the image shows. (Logs that follow each frame's
 episode taught the image instead: with notes a few seconds behind, a cube at the bowl mostly
-came with "holding", and a log ending in the bowl was answered "holding" too.)
+came with "holding", and a log ending in the bowl was answered "holding" too.) A batch holds
+twins: two logs on the same frame under the same question, alike up to their newest notes
+(TWIN), so only those notes can tell the answers apart; uniform draws without twins left a log
+ending in the bowl answered as a drop.
 """
 from __future__ import annotations
 
@@ -32,10 +35,10 @@ from .progress import progress
 from .run import Run, lr_at
 
 
-def random_notes(hp: H.Answers, rng: np.random.Generator) -> list[str]:
-    """A memory log made for a progress drawn uniformly: runs of notes per place in the task's
-    order (a third of the held cubes regrasped), the latest memory_size, a few named wrongly."""
-    key = ("not_yet", "holding", "done", "dropped")[int(rng.integers(4))]
+def clean_notes(rng: np.random.Generator, key: str | None = None) -> list[str]:
+    """The places of a memory log made for a progress (drawn uniformly unless given): runs of
+    notes per place in the task's order (a third of the held cubes regrasped)."""
+    key = key or ("not_yet", "holding", "done", "dropped")[int(rng.integers(4))]
     runs = {"not_yet": ["table"], "holding": ["table", "gripper"], "done": ["table", "gripper", "bowl"],
             "dropped": ["table", "gripper", "table"]}[key]
     if key == "holding" and rng.random() < 1 / 3:
@@ -43,7 +46,24 @@ def random_notes(hp: H.Answers, rng: np.random.Generator) -> list[str]:
     notes = []
     for i, place in enumerate(runs):
         notes += [place] * int(rng.integers(0 if i == 0 else 1, 4))     # the places after the first are seen
-    return [noisy(p, hp, rng) for p in notes[-hp.memory_size:]]
+    return notes
+
+
+# a log's twin: the same notes up to the last run, which goes on differently (the answer turns on
+# the newest notes alone): a drop becomes a placing and back, holding goes on into the bowl, a cube
+# not yet touched into the gripper
+TWIN = {"done": ("bowl", "table"), "dropped": ("table", "bowl"), "holding": (None, "bowl"),
+        "not_yet": (None, "gripper")}
+
+
+def twin_notes(notes: list[str], key: str, rng: np.random.Generator) -> list[str]:
+    """`notes` (clean, of progress `key`) with its last run replaced (or a run appended) by TWIN."""
+    last, new = TWIN[key]
+    base = list(notes)
+    if last is not None:
+        while base and base[-1] == last:
+            base.pop()
+    return base + [new] * int(rng.integers(1, 4))
 
 
 def noisy(place: str, hp: H.Answers, rng: np.random.Generator) -> str:
@@ -61,29 +81,56 @@ class Samples:
     def __len__(self) -> int:
         return self.store.done
 
-    def draw(self, n: int, rng: np.random.Generator):
-        """(frame indices into the store, memory logs, questions, PROGRESS keys)."""
-        idx = np.sort(rng.choice(len(self), n, replace=False))
+    def draw(self, n: int, rng: np.random.Generator, twins: bool = False):
+        """(frame indices into the store, memory logs, questions, PROGRESS keys). twins: n / 2
+        frames, each with a log and its twin (twin_notes) under the same question, so that only
+        the newest notes tell the two answers apart, never the image or the question."""
+        frames = n // 2 if twins else n
+        idx = np.sort(rng.choice(len(self), frames, replace=False))
+        if twins:
+            idx = np.repeat(idx, 2)
         logs, questions, keys = [], [], []
-        for _ in idx:
-            notes = random_notes(self.hp, rng)
-            logs.append([H.CAPTIONS[p] for p in notes])
-            questions.append(H.QUESTIONS[int(rng.integers(len(H.QUESTIONS)))])
-            keys.append(progress(notes))
+        for i in range(len(idx)):
+            if twins and i % 2:
+                notes = twin_notes(clean, progress(clean), rng)
+            else:
+                clean = clean_notes(rng)
+                notes = clean
+                question = H.QUESTIONS[int(rng.integers(len(H.QUESTIONS)))]
+            noisy_notes = [noisy(p, self.hp, rng) for p in notes[-self.hp.memory_size:]]
+            logs.append([H.CAPTIONS[p] for p in noisy_notes])
+            questions.append(question)
+            keys.append(progress(noisy_notes))
         return idx, logs, questions, keys
 
 
-def answer_loss(model, tok, store: KVStore, idx, logs, questions, keys):
+def deciding_tokens(targets: dict[str, list[int]]) -> dict[str, set[int]]:
+    """Per answer, the positions where it parts from another answer with the same tokens
+    before (e.g. "," against " and" after "I picked up the cube"): the tokens that say which
+    progress it is; every other token follows from them."""
+    out = {key: set() for key in targets}
+    for key, ids in targets.items():
+        for other in targets.values():
+            j = next((j for j, (a, b) in enumerate(zip(ids, other)) if a != b), None)
+            if j is not None:
+                out[key].add(j)
+    return out
+
+
+def answer_loss(model, tok, store: KVStore, idx, logs, questions, keys, decision_weight: float = 1.0):
     """Cross-entropy of the target answers (and <|im_end|>) after each stored prefix and its
-    filled answer prompt, with autograd to the learned rows; and how many answers are
-    right at every token (greedy, teacher-forced)."""
+    filled answer prompt, with autograd to the learned rows, the deciding tokens weighted by
+    decision_weight; and which answers are right at every token (greedy, teacher-forced)."""
     eos = next(iter(tok.eos_ids))
-    rows, starts = [], []
+    sentences = {key: tok.encode(text) + [eos] for key, text in H.PROGRESS.items()}
+    deciding = deciding_tokens(sentences)
+    rows, starts, weights = [], [], []
     for memory, question, key in zip(logs, questions, keys):
         prompt = model.request_ids(tok, fill_answer(H.ANSWER_PROMPT, memory, question))
-        target = tok.encode(H.PROGRESS[key]) + [eos]
+        target = sentences[key]
         starts.append((len(prompt) - 1, target))
         rows.append(prompt + target[:-1])
+        weights += [decision_weight if j in deciding[key] else 1.0 for j in range(len(target))]
     t = max(len(r) for r in rows)
     ids = torch.tensor([r + [eos] * (t - len(r)) for r in rows])
     ks, vs, lengths, _ = store.batch(idx, extra=t)
@@ -101,10 +148,10 @@ def answer_loss(model, tok, store: KVStore, idx, logs, questions, keys):
         targets += target
         owner += [r] * len(target)
     logits = model.backbone.logits(torch.cat(picked))
-    targets, owner = torch.tensor(targets), torch.tensor(owner)
-    loss = F.cross_entropy(logits, targets)
+    targets, owner, weights = torch.tensor(targets), torch.tensor(owner), torch.tensor(weights)
+    loss = (F.cross_entropy(logits, targets, reduction="none") * weights).sum() / weights.sum()
     wrong = torch.zeros(b).index_add_(0, owner, (logits.argmax(-1) != targets).float())
-    return loss, int((wrong == 0).sum())
+    return loss, (wrong == 0).tolist()
 
 
 def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None = None,
@@ -139,7 +186,9 @@ def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None 
         part = train_set[int(rng.integers(len(train_set)))]
         for g in opt.param_groups:
             g["lr"] = lr_at(step, hp.lr, hp.warmup, steps)
-        loss, right = answer_loss(model, tok, part.store, *part.draw(hp.batch, rng))
+        loss, right = answer_loss(model, tok, part.store, *part.draw(hp.batch, rng, twins=hp.twins),
+                                  decision_weight=hp.decision_weight)
+        right = sum(right)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -149,9 +198,12 @@ def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None 
         if step % hp.eval_every == 0 or step == steps:
             with torch.no_grad():
                 v_loss, v_right = answer_loss(model, tok, val.store, *val_batch)
+            by_key = {k: f"{sum(r for r, kk in zip(v_right, val_batch[3]) if kk == k)}/{val_batch[3].count(k)}"
+                      for k in H.PROGRESS}
             run.log({"kind": "eval", "step": step, "time": time.time(), "val_loss": v_loss.item(),
-                     "val_acc": v_right / len(val_batch[0])})
-            print(f"  held out: loss {v_loss.item():.4f}, {v_right}/{len(val_batch[0])} answers right", flush=True)
+                     "val_acc": sum(v_right) / len(v_right), "val_right": by_key})
+            print(f"  held out: loss {v_loss.item():.4f}, {sum(v_right)}/{len(v_right)} answers right {by_key}",
+                  flush=True)
         run.log(record)
         run.progress(step, {"loss": record["loss"]}, f"right {right}/{hp.batch}")
         if step % hp.checkpoint_every == 0 or step == steps:
