@@ -2,7 +2,7 @@
 """Train the smol-panda profile on the Panda demonstrations (docs/training.md).
 
   scripts/train_panda.py stage1  [--root out/train/panda] [--demos out/demos] [--steps N] [--until N]
-  scripts/train_panda.py kvcache [--root ...] [--demos ...]        # stage 2's prefix K/V, once
+  scripts/train_panda.py kvcache [--root ...] [--demos ...] [--checkpoint DIR|shipped]  # stage 2's prefix K/V, once
   scripts/train_panda.py stage2  [--root ...] [--steps N] [--until N]
   scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
   scripts/train_panda.py answers [--root ...] [--out DIR]           # the learned answer prompt into DIR
@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     ap.add_argument("--until", type=int, default=None,
                     help="stop at this step on the stage's full schedule (resume later to go on)")
     ap.add_argument("--out", default=None, help="export, answers: checkpoint directory (default <root>/checkpoint)")
+    ap.add_argument("--checkpoint", default=None,
+                    help="kvcache: the prefixes of this finished checkpoint ('shipped': the shipped weights) instead of "
+                         "<root>/stage1's, e.g. to retrain only the answers")
     ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
     ap.add_argument("--every", type=int, default=0,
                     help="narrate: every k-th frame of every held-out episode instead of a balanced sample")
@@ -60,7 +63,11 @@ def main(argv=None) -> int:
         narration_report(root, demos, args.frames, every=args.every)
     elif args.command == "kvcache":
         from oxygen_ros.engine.models.smol_panda.training import kv_cache
-        kv_cache.build(root, demos, hp=with_threads(H.Stage2()))
+        checkpoint = args.checkpoint
+        if checkpoint == "shipped":
+            from oxygen_ros.engine.models.smol_panda.checkpoint import SHIPPED_DIR
+            checkpoint = SHIPPED_DIR
+        kv_cache.build(root, demos, hp=with_threads(H.Stage2()), checkpoint=Path(checkpoint) if checkpoint else None)
     elif args.command == "stage2":
         from oxygen_ros.engine.models.smol_panda.training import stage2
         stage2.train(root, args.steps, hp=with_threads(H.Stage2()), until=args.until)

@@ -304,6 +304,20 @@ def test_the_answer_prompt_is_fit_to_the_limit_as_the_engine_counts_it(smol_pand
     assert q.error == "" and q.request_id >= 1
 
 
+def test_kvcache_can_take_its_prefixes_from_a_finished_checkpoint(smol_panda, tmp_path):
+    """`train_panda.py kvcache --checkpoint DIR`: the image encoder is the checkpoint's (no
+    stage-1 run directory needed), so the answers can be retrained on the shipped weights."""
+    from oxygen_ros.engine.models.smol_panda.training.kv_cache import stage1_model
+
+    model, _, _, directory = smol_panda
+    got, _, step = stage1_model(tmp_path, checkpoint=directory)
+    assert str(directory) in step
+    for (name, a), b in zip(model.vision.state_dict().items(), got.vision.state_dict().values()):
+        assert torch.equal(a, b), name
+    with pytest.raises(FileNotFoundError):
+        stage1_model(tmp_path)                     # no stage-1 run there
+
+
 def test_the_loader_reads_a_checkpoints_learned_prompt(tmp_path):
     """learned_prompt.safetensors beside model.safetensors (fp16) loads with the checkpoint;
     a file of another shape is refused naming it."""

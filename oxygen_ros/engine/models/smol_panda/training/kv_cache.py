@@ -20,8 +20,9 @@ import torch
 
 from ..configuration import SMOL_PANDA
 from . import hparams as H
+from ..loading import load_smol_panda
 from .common import ensure_io, frame_inputs, training_model
-from .data import Demos
+from .data import Demos, policy_io
 
 
 def choose_frames(demos: Demos, stride: int, max_frames: int, seed: int) -> np.ndarray:
@@ -34,7 +35,12 @@ def choose_frames(demos: Demos, stride: int, max_frames: int, seed: int) -> np.n
     return picks
 
 
-def stage1_model(root: Path, cfg=SMOL_PANDA):
+def stage1_model(root: Path, cfg=SMOL_PANDA, checkpoint: Path | None = None):
+    """(model, tokenizer, stage 1's step): SmolLM2 with <root>'s stage-1 image encoder, or with
+    a finished checkpoint's (the shipped weights: the answers stage retrained on its own)."""
+    if checkpoint is not None:
+        model, tok = load_smol_panda(cfg, checkpoint=checkpoint)
+        return model, tok, f"the checkpoint {checkpoint}"
     model, tok = training_model(cfg)
     state = torch.load(Path(root) / "stage1" / "state.pt", map_location="cpu", weights_only=False)
     model.vision.load_state_dict(state["vision"])
@@ -147,13 +153,15 @@ def train_parts(root: Path) -> list[Path]:
     return sorted(p for p in (Path(root) / "kv").glob("train_*") if (p / "meta.json").exists())
 
 
-def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA):
+def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA, checkpoint: Path | None = None):
+    """Store the prefix K/V of <demo_dir>'s frames under <root>/kv; with `checkpoint`, the
+    prefixes (image encoder, statistics) are that checkpoint's, not <root>'s stage 1."""
     hp = hp or H.Stage2()
     torch.set_num_threads(hp.threads)
-    model, tok, step = stage1_model(root, cfg)
+    model, tok, step = stage1_model(root, cfg, checkpoint)
     train_set, held = Demos(demo_dir, "train"), Demos(demo_dir, "held_out")
-    io = ensure_io(root, train_set, tok, cfg)
-    print(f"kv cache from stage 1 step {step}: {len(train_set.episodes)} training episodes, "
+    io = policy_io(checkpoint, tok, cfg) if checkpoint is not None else ensure_io(root, train_set, tok, cfg)
+    print(f"kv cache from {step if checkpoint is not None else f'stage 1 step {step}'}: {len(train_set.episodes)} training episodes, "
           f"{len(held.episodes)} held out", flush=True)
     kv_root = Path(root) / "kv"
     val_dir = kv_root / "val"
