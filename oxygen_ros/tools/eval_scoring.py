@@ -109,8 +109,8 @@ def score_bag(bag, end_s: float | None = None, start_stamp: float | None = None)
         stamp = frames.get(start_frame)
         truth = place_at(times, places, stamp) if stamp is not None else None
         named = sorted(named_places(text))
-        judged.append({"start_frame": start_frame, "text": text, "named": named, "place": truth,
-                       "right": truth is not None and named == [truth]})
+        judged.append({"start_frame": start_frame, "stamp_s": None if stamp is None else round(stamp - start_stamp, 3),
+                       "text": text, "named": named, "place": truth, "right": truth is not None and named == [truth]})
     stamps = [frames[k] for k in sorted(frames)]
     right = sum(j["right"] for j in judged)
     return {
