@@ -35,10 +35,10 @@ from .progress import progress
 from .run import Run, lr_at
 
 
-def clean_notes(rng: np.random.Generator, key: str | None = None) -> list[str]:
-    """The places of a memory log made for a progress (drawn uniformly unless given): runs of
-    notes per place in the task's order (a third of the held cubes regrasped)."""
-    key = key or ("not_yet", "holding", "done", "dropped")[int(rng.integers(4))]
+def clean_notes(rng: np.random.Generator) -> list[str]:
+    """The places of a memory log made for a progress drawn uniformly: runs of notes per place
+    in the task's order (a third of the held cubes regrasped)."""
+    key = ("not_yet", "holding", "done", "dropped")[int(rng.integers(4))]
     runs = {"not_yet": ["table"], "holding": ["table", "gripper"], "done": ["table", "gripper", "bowl"],
             "dropped": ["table", "gripper", "table"]}[key]
     if key == "holding" and rng.random() < 1 / 3:
