@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ..configuration import SMOL_PANDA
-from . import hparams as H
 from ..loading import load_smol_panda
+from . import hparams as H
 from .common import ensure_io, frame_inputs, training_model
 from .data import Demos, policy_io
 
@@ -161,7 +161,8 @@ def build(root: Path, demo_dir: Path, hp: H.Stage2 | None = None, cfg=SMOL_PANDA
     model, tok, step = stage1_model(root, cfg, checkpoint)
     train_set, held = Demos(demo_dir, "train"), Demos(demo_dir, "held_out")
     io = policy_io(checkpoint, tok, cfg) if checkpoint is not None else ensure_io(root, train_set, tok, cfg)
-    print(f"kv cache from {step if checkpoint is not None else f'stage 1 step {step}'}: {len(train_set.episodes)} training episodes, "
+    source = step if checkpoint is not None else f"stage 1 step {step}"
+    print(f"kv cache from {source}: {len(train_set.episodes)} training episodes, "
           f"{len(held.episodes)} held out", flush=True)
     kv_root = Path(root) / "kv"
     val_dir = kv_root / "val"
