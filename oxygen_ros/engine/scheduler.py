@@ -97,7 +97,7 @@ class EngineBase:
         """RequestRejected if the request itself cannot be served (its prompt, its token limit)."""
         if not req.prompt or not req.prompt.strip():
             raise RequestRejected("empty prompt")
-        n = len(self.prompt_ids(req))       # RequestRejected where it names a part the model lacks
+        n = self.prompt_tokens(req.prompt)  # RequestRejected where it names a part the model lacks
         limit = self.model.cfg.max_prompt_tokens
         if n > limit:
             raise RequestRejected(f"prompt has {n} tokens, the limit is {limit}")
@@ -148,7 +148,7 @@ class EngineBase:
         return self.model.request_ids(self.tok, req.prompt)
 
     def prompt_tokens(self, prompt: str) -> int:
-        """The tokens `prompt` takes against the prompt limit, as submit counts them (a learned
+        """The tokens `prompt` takes against the prompt limit (check_request's count; a learned
         prompt's marker is its rows). RequestRejected where it names a part the model lacks."""
         return len(self.model.request_ids(self.tok, prompt))
 
