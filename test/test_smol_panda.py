@@ -3,6 +3,8 @@ its training code computes what the engine computes. None of it needs trained we
 checkpoints here are random parts written with the shipped tensor names."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -588,7 +590,9 @@ def test_progress_follows_the_places_and_the_judge_tells_the_four_answers_apart(
 def test_answer_batches_pair_each_log_with_a_twin_that_differs_in_its_newest_notes_only():
     """answers.Samples.draw(twins=True): each frame comes twice, under one question, once with a
     log and once with its twin (answers.TWIN): the same older notes, other newest ones, another
-    answer. Without twins every frame is drawn once."""
+    answer; or, for a drop, the same log with its gripper notes on the table. Logs hold runs of
+    up to Answers.run_notes notes and at most memory_size notes. Without twins every frame is
+    drawn once."""
     from types import SimpleNamespace
 
     from oxygen_ros.engine.models.smol_panda.training.answers import TWIN, Samples
@@ -601,22 +605,35 @@ def test_answer_batches_pair_each_log_with_a_twin_that_differs_in_its_newest_not
             notes.pop()
         return notes
 
-    samples = Samples(SimpleNamespace(done=500), H.Answers(note_noise=0.0))
+    def longest_run(notes):
+        return max((sum(1 for _ in run) for _, run in itertools.groupby(notes)), default=0)
+
+    hp = H.Answers(note_noise=0.0)
+    samples = Samples(SimpleNamespace(done=500), hp)
     rng = np.random.default_rng(0)
-    pairs = set()
-    for _ in range(40):
+    pairs, runs = set(), set()
+    for _ in range(80):
         idx, logs, questions, keys = samples.draw(8, rng, twins=True)
         assert len(idx) == 8 and len(set(idx.tolist())) == 4
         for i in range(0, 8, 2):
             assert idx[i] == idx[i + 1] and questions[i] == questions[i + 1]
             first, second = [place[c] for c in logs[i]], [place[c] for c in logs[i + 1]]
+            assert len(first) <= hp.memory_size and len(second) <= hp.memory_size
+            runs.add(longest_run(first))
+            assert keys[i + 1] != keys[i]
+            pairs.add((keys[i], keys[i + 1]))
+            if (keys[i], keys[i + 1]) == ("dropped", "not_yet"):
+                assert second == ["table" if p == "gripper" else p for p in first]
+                continue
             last, new = TWIN[keys[i]]
-            assert second[-1] == new and keys[i + 1] != keys[i]
+            assert second[-1] == new
             older_first, older_second = without_last_run(first, last), without_last_run(second, new)
             n = min(len(older_first), len(older_second))       # the log keeps the newest memory_size
             assert older_first[len(older_first) - n:] == older_second[len(older_second) - n:]
-            pairs.add((keys[i], keys[i + 1]))
-    assert pairs == {("done", "dropped"), ("dropped", "done"), ("holding", "done"), ("not_yet", "holding")}
+    # ("done", "not_yet"): a log of bowl notes only (older runs cut by memory_size), its twin on the table
+    assert pairs == {("done", "dropped"), ("dropped", "done"), ("dropped", "not_yet"), ("holding", "done"),
+                     ("not_yet", "holding"), ("done", "not_yet")}
+    assert max(runs) == hp.run_notes and min(runs) <= 2
     idx, _, _, _ = samples.draw(8, rng)
     assert len(set(idx.tolist())) == 8
 

@@ -35,9 +35,10 @@ from .progress import progress
 from .run import Run, lr_at
 
 
-def clean_notes(rng: np.random.Generator) -> list[str]:
-    """The places of a memory log made for a progress drawn uniformly: runs of notes per place
-    in the task's order (a third of the held cubes regrasped)."""
+def clean_notes(rng: np.random.Generator, hp: H.Answers) -> list[str]:
+    """The places of a memory log made for a progress drawn uniformly: runs of 1..hp.run_notes
+    notes per place in the task's order (a third of the held cubes regrasped), the newest
+    hp.memory_size kept as the node's log keeps them."""
     key = ("not_yet", "holding", "done", "dropped")[int(rng.integers(4))]
     runs = {"not_yet": ["table"], "holding": ["table", "gripper"], "done": ["table", "gripper", "bowl"],
             "dropped": ["table", "gripper", "table"]}[key]
@@ -45,25 +46,29 @@ def clean_notes(rng: np.random.Generator) -> list[str]:
         runs += ["table", "gripper"]
     notes = []
     for i, place in enumerate(runs):
-        notes += [place] * int(rng.integers(0 if i == 0 else 1, 4))     # the places after the first are seen
-    return notes
+        notes += [place] * int(rng.integers(0 if i == 0 else 1, hp.run_notes + 1))   # later places are seen
+    return notes[-hp.memory_size:]
 
 
 # a log's twin: the same notes up to the last run, which goes on differently (the answer turns on
 # the newest notes alone): a drop becomes a placing and back, holding goes on into the bowl, a cube
-# not yet touched into the gripper
+# not yet touched into the gripper. A drop's other twin is the same log with its gripper notes on
+# the table: a cube never picked up (a single gripper note can be all that tells the two apart).
 TWIN = {"done": ("bowl", "table"), "dropped": ("table", "bowl"), "holding": (None, "bowl"),
         "not_yet": (None, "gripper")}
 
 
-def twin_notes(notes: list[str], key: str, rng: np.random.Generator) -> list[str]:
-    """`notes` (clean, of progress `key`) with its last run replaced (or a run appended) by TWIN."""
+def twin_notes(notes: list[str], key: str, rng: np.random.Generator, hp: H.Answers) -> list[str]:
+    """`notes` (clean, of progress `key`) with its last run replaced (or a run appended) by TWIN,
+    or for half the drops, its gripper notes put back on the table."""
+    if key == "dropped" and rng.random() < 0.5:
+        return ["table" if p == "gripper" else p for p in notes]
     last, new = TWIN[key]
     base = list(notes)
     if last is not None:
         while base and base[-1] == last:
             base.pop()
-    return base + [new] * int(rng.integers(1, 4))
+    return (base + [new] * int(rng.integers(1, hp.run_notes + 1)))[-hp.memory_size:]
 
 
 def noisy(place: str, hp: H.Answers, rng: np.random.Generator) -> str:
@@ -92,12 +97,12 @@ class Samples:
         logs, questions, keys = [], [], []
         for i in range(len(idx)):
             if twins and i % 2:
-                notes = twin_notes(clean, progress(clean), rng)
+                notes = twin_notes(clean, progress(clean), rng, self.hp)
             else:
-                clean = clean_notes(rng)
+                clean = clean_notes(rng, self.hp)
                 notes = clean
                 question = H.QUESTIONS[int(rng.integers(len(H.QUESTIONS)))]
-            noisy_notes = [noisy(p, self.hp, rng) for p in notes[-self.hp.memory_size:]]
+            noisy_notes = [noisy(p, self.hp, rng) for p in notes]
             logs.append([H.CAPTIONS[p] for p in noisy_notes])
             questions.append(question)
             keys.append(progress(noisy_notes))
