@@ -50,10 +50,12 @@ def judge(run: Path) -> dict:
     from oxygen_ros.engine.models.smol_panda.training.progress import answer_right, progress, progress_at
     from oxygen_ros.tools.params_files import params_from_file
 
+    if not (run / "eval.json").exists():
+        raise SystemExit(f"eval_answers.py: no {run / 'eval.json'} (oxygen eval writes it when the run ends)")
     ev = json.loads((run / "eval.json").read_text())
     # a frame per observation under the sim clock (lock-step), else at the node's rate
     frame_s = ev["sim_period_s"] if ev["clock"] == "sim" else 1.0 / ev["node_control_rate_hz"]
-    params = params_from_file(ev["params"])     # the params file as it reads now, not a copy from the run
+    params = ev.get("node_params") or params_from_file(ev["params"])   # older runs: the file as it reads now
     period, memory_log_size = params["memory_every_n_frames"] * frame_s, params["memory_log_size"]
     asked = answered = now = recent = notes_right = notes_answers = 0
     by_truth = collections.defaultdict(lambda: [0, 0])      # progress -> [right now, answered]

@@ -236,6 +236,11 @@ def test_one_sim_time_episode_of_the_tiny_model(tmp_path):
     e = r["episodes"][0]
     assert r["clock"] == "sim" and r["sim_period_s"] == pytest.approx(0.1)
     assert r["node_control_rate_hz"] == 10.0 and "measured frames" not in proc.stdout   # no rate measuring
+    from oxygen_ros.tools.params_files import config_file, params_from_file
+
+    tiny = params_from_file(config_file("tiny.yaml"))
+    assert r["node_params"]["memory_every_n_frames"] == tiny["memory_every_n_frames"]     # what the node ran with
+    assert r["node_params"]["control_rate_hz"] == 10.0
     assert not e.get("error") and e["success"] is False and e["final_place"] == "table"
     assert e["length_s"] == pytest.approx(1.5, abs=0.11)       # sim time, cut at the duration
     assert e["frames"] >= 15 and e["tf_messages"] > 0

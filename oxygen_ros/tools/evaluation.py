@@ -169,8 +169,8 @@ class Evaluation:
                 "robots": len(self.robot_names) if self.params.get("robots") else 1, "blackout": o.blackout,
                 "duration_s": o.duration_s, "settle_s": o.settle_s, "node_control_rate_hz": self.rate_hz,
                 "sim_period_s": 1.0 / float(self.params["control_rate_hz"]) if o.clock == "sim" else None,
-                "seeds": o.seeds, "overall": summarize(self.episodes), "per_robot": per_robot,
-                "episodes": self.episodes}
+                "seeds": o.seeds, "node_params": self.params,      # as the node got them (the file may change)
+                "overall": summarize(self.episodes), "per_robot": per_robot, "episodes": self.episodes}
 
     # -- one episode ------------------------------------------------------------------------------
     def _episode(self, k: int, seeds: list[int]) -> list[dict]:
