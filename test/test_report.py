@@ -20,8 +20,9 @@ def end_of(frame: int) -> float:
     return T0 + PERIOD * frame + 0.05
 
 
-def write_bag(path, storage: str, ns: str = "/robot"):
-    """Messages built and serialised with the rosbags typestore (CDR as DDS carries it)."""
+def write_bag(path, storage: str, ns: str = "/robot", dropped=lambda i: i % 2):
+    """Messages built and serialised with the rosbags typestore (CDR as DDS carries it);
+    frame i reports dropped(i) chunk points already past."""
     import numpy as np
     from rosbags.rosbag2 import StoragePlugin, Writer
 
@@ -71,7 +72,7 @@ def write_bag(path, storage: str, ns: str = "/robot"):
                 header=header(t), frame_index=i, observation_stamp=Time(sec=0, nanosec=0),
                 total_ms=130.0 if missed else 50.0, decode_steps=1, live_requests=0, queued_requests=0,
                 tokens_emitted=tokens, period_ms=100.0, deadline_missed=missed, kv_bytes_in_use=0,
-                chunk_ms=31.0, chunk_latency_ms=40.0 + i, points_dropped=i % 2, rtc_delay_steps=2 * (i > 0),
+                chunk_ms=31.0, chunk_latency_ms=40.0 + i, points_dropped=dropped(i), rtc_delay_steps=2 * (i > 0),
                 expert_names=["hands"], expert_action_ms=np.array([7.0 + i % 2], np.float32), **PHASES), t)
             for stream, rid, start, delta, count, done in text.get(i, []):
                 put(stream, T["oxygen_msgs/msg/TextChunk"](
@@ -123,7 +124,7 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     assert (lang["requests"], lang["done"], lang["tokens"]) == (3, 2, 18)
     rt = s["robot_time"]
     assert rt["chunk_latency_ms"]["p50"] == pytest.approx(49.5) and rt["chunk_latency_ms"]["max"] == 59.0
-    assert rt["chunk_in_frame_ms"]["p50"] == 31.0 and rt["points_dropped"] == 10
+    assert rt["chunk_in_frame_ms"]["p50"] == 31.0 and rt["points_dropped"] == 10 and rt["points_published"] == 60
     assert rt["rtc_guided_frames"] == 19 and rt["trajectories_rejected"] == 0
     assert rt["arm"] is None      # no joint states recorded
     # boundary jumps, replayed at the log times (stamp + 1 ms): chunk i replaces chunk i-1
@@ -139,10 +140,22 @@ def test_report_figures_from_a_known_run(tmp_path, storage, capsys):
     assert img.shape[0] > 500 and img.shape[1] > 1000
     out = capsys.readouterr().out
     assert "20 in" in out and "10.00 Hz" in out and "deadline misses 2" in out
-    assert "chunk latency ms p50 49.5 p95" in out
+    assert "chunk latency ms p50 49.5 p95" in out and "MOST OF EACH CHUNK" not in out    # 10 of 70 past
     # 2 of 20 frames over their deadline (10%): the rate counts as not held, and it says so
     assert s["rate_held"] is False
     assert "RATE NOT HELD: 10.00 of 10.00 Hz, 2 of 20 frames (10.0%) over their 100 ms deadline" in out
+
+
+def test_the_report_says_when_most_of_each_chunk_was_past_on_arrival(tmp_path, capsys):
+    """A machine that computes chunks too slowly for the policy in wall time: most planned
+    points are already past when their chunk is published, the arm runs only the rest, and
+    the report says so (with the way out) instead of leaving it in a count."""
+    bag = tmp_path / "bag"
+    write_bag(bag, "sqlite3", dropped=lambda i: 4)      # 4 past, 3 published per chunk
+    assert main(["report", str(bag), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "MOST OF EACH CHUNK WAS PAST ON ARRIVAL: 80 of 140 planned points (57%)" in out, out
+    assert "oxygen eval --clock sim" in out
 
 
 def test_rate_held_needs_the_rate_and_under_5_percent_misses():

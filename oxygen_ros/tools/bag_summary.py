@@ -56,6 +56,7 @@ def robot_time_summary(data: RunData) -> dict:
         "chunk_in_frame_ms": _stats([f.chunk_ms for f in frames]),
         "frame_total_ms": _stats([f.total_ms for f in frames]),
         "points_dropped": sum(f.points_dropped for f in frames),
+        "points_published": sum(len(t[3]) for t in data.trajectories),
         "rtc_guided_frames": sum(f.rtc_delay_steps > 0 for f in frames),
         "rtc_delay_steps_mean": float(np.mean([f.rtc_delay_steps for f in frames])) if frames else None,
         "boundary_jumps": jump_stats(jumps),

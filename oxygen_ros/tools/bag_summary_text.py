@@ -41,6 +41,14 @@ def format_summary(s: dict) -> str:
             f"{f(j['velocity_max'], '{:.3f}')} p95 {f(j['velocity_p95'], '{:.3f}')} rad/s"
             + (f"; {rt['trajectories_rejected']} trajectories REJECTED by the controller"
                if rt["trajectories_rejected"] else ""))
+        planned = rt["points_dropped"] + rt.get("points_published", 0)
+        if planned and rt["points_dropped"] > planned / 2:
+            lines.append(
+                f"MOST OF EACH CHUNK WAS PAST ON ARRIVAL: {rt['points_dropped']} of {planned} planned points "
+                f"({100 * rt['points_dropped'] / planned:.0f}%) were older than their chunk's publication "
+                f"(chunk latency p50 {f(lat['p50'])} ms): the arm ran only the rest. This machine computes a chunk "
+                "too slowly for the policy in wall time; a faster one (a GPU) or lock-step sim time "
+                "(`oxygen eval --clock sim`) runs it as trained")
         arm = rt.get("arm")
         if arm:
             te, sw = arm["tracking_error"], arm["switches"]
