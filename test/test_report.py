@@ -151,11 +151,14 @@ def test_the_report_says_when_most_of_each_chunk_was_past_on_arrival(tmp_path, c
     points are already past when their chunk is published, the arm runs only the rest, and
     the report says so (with the way out) instead of leaving it in a count."""
     bag = tmp_path / "bag"
-    write_bag(bag, "sqlite3", dropped=lambda i: 4)      # 4 past, 3 published per chunk
+    write_bag(bag, "sqlite3", dropped=lambda i: 10)     # 10 past, 3 published per chunk
     assert main(["report", str(bag), "--out", str(tmp_path / "rep")]) == 0
     out = capsys.readouterr().out
-    assert "MOST OF EACH CHUNK WAS PAST ON ARRIVAL: 80 of 140 planned points (57%)" in out, out
+    assert "MOST OF EACH CHUNK WAS PAST ON ARRIVAL: 200 of 260 planned points (77%)" in out, out
     assert "oxygen eval --clock sim" in out
+    write_bag(tmp_path / "bag2", "sqlite3", dropped=lambda i: 8)      # 160 of 220 (73%): a slow arm, no note
+    assert main(["report", str(tmp_path / "bag2"), "--out", str(tmp_path / "rep2")]) == 0
+    assert "MOST OF EACH CHUNK" not in capsys.readouterr().out
 
 
 def test_rate_held_needs_the_rate_and_under_5_percent_misses():

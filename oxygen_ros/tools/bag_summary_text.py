@@ -42,13 +42,12 @@ def format_summary(s: dict) -> str:
             + (f"; {rt['trajectories_rejected']} trajectories REJECTED by the controller"
                if rt["trajectories_rejected"] else ""))
         planned = rt["points_dropped"] + rt.get("points_published", 0)
-        if planned and rt["points_dropped"] > planned / 2:
+        if planned and rt["points_dropped"] > 0.75 * planned:    # (a 2-core demo at 64% still succeeded)
             lines.append(
                 f"MOST OF EACH CHUNK WAS PAST ON ARRIVAL: {rt['points_dropped']} of {planned} planned points "
                 f"({100 * rt['points_dropped'] / planned:.0f}%) were older than their chunk's publication "
-                f"(chunk latency p50 {f(lat['p50'])} ms): the arm ran only the rest. This machine computes a chunk "
-                "too slowly for the policy in wall time; a faster one (a GPU) or lock-step sim time "
-                "(`oxygen eval --clock sim`) runs it as trained")
+                f"(chunk latency p50 {f(lat['p50'])} ms): the arm ran only the rest. A machine that computes "
+                "chunks faster (a GPU) or lock-step sim time (`oxygen eval --clock sim`) runs the policy as trained")
         arm = rt.get("arm")
         if arm:
             te, sw = arm["tracking_error"], arm["switches"]
