@@ -587,7 +587,7 @@ def test_progress_follows_the_places_and_the_judge_tells_the_four_answers_apart(
         assert not answer_right(key, "The robot has done that.")
 
 
-def test_answer_batches_pair_each_log_with_a_twin_that_differs_in_its_newest_notes_only():
+def test_answer_batches_pair_each_log_with_a_twin_that_only_its_notes_tell_apart():
     """answers.Samples.draw(twins=True): each frame comes twice, under one question, once with a
     log and once with its twin (answers.TWIN): the same older notes, other newest ones, another
     answer; or, for a drop, the same log with its gripper notes on the table. Logs hold runs of

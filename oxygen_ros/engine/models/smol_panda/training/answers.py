@@ -12,8 +12,8 @@ answer repeats what the notes say, whatever the image shows. (Logs that follow e
 episode taught the image instead: with notes a few seconds behind, a cube at the bowl mostly
 came with "holding", and a log ending in the bowl was answered "holding" too.) A batch holds
 twins: two logs on the same frame under the same question, alike up to their newest notes
-(TWIN), so only those notes can tell the answers apart; uniform draws without twins left a log
-ending in the bowl answered as a drop.
+(TWIN) or, for a drop, alike but for its gripper notes, so only the notes can tell the answers
+apart; uniform draws without twins left a log ending in the bowl answered as a drop.
 """
 from __future__ import annotations
 
