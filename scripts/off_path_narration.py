@@ -28,6 +28,7 @@ def main() -> int:
     from oxygen_ros.engine.bench.baselines import IsolatedRunner
     from oxygen_ros.engine.models.smol_panda.training import hparams as hp
     from oxygen_ros.engine.models.smol_panda.training.data import policy_io
+    from oxygen_ros.engine.models.smol_panda.training.narration import prompt_for
     from oxygen_ros.engine.registry import load_model
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
@@ -60,7 +61,7 @@ def main() -> int:
             state = np.asarray(world.q, np.float64)
         deltas = []
         runner.language(io.observation(images, state, hp.INSTRUCTION, stamp=0.0),
-                        LanguageRequest(hp.NARRATION_PROMPT, max_new_tokens=10), deltas=deltas)
+                        LanguageRequest(prompt_for(model), max_new_tokens=10), deltas=deltas)
         text = deltas[-1].full_text if deltas else ""
         said = [w for w in cube_place.PLACES if w in text.lower()]
         tally[name][0] += said == [place]

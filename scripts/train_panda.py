@@ -6,9 +6,11 @@
   scripts/train_panda.py stage2  [--root ...] [--steps N] [--until N]
   scripts/train_panda.py export  [--root ...] [--out DIR]           # the fp16 checkpoint
   scripts/train_panda.py answers [--root ...] [--out DIR]           # the learned answer prompt into DIR
+  scripts/train_panda.py narration [--root ...] [--demos ...] [--out DIR]  # the learned narration prompt into DIR
   scripts/train_panda.py narrate [--root ...] [--frames N | --every K]  # held-out narration accuracy
 
-Every stage resumes from its run directory (<root>/stage1, <root>/stage2, <root>/answers) when rerun.
+Every stage resumes from its run directory (<root>/stage1, <root>/stage2, <root>/answers,
+<root>/learned_narration) when rerun.
 Hyper-parameters and seeds: oxygen_ros/engine/models/smol_panda/training/hparams.py.
 """
 from __future__ import annotations
@@ -23,21 +25,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["stage1", "kvcache", "stage2", "export", "answers", "narrate"])
+    ap.add_argument("command", choices=["stage1", "kvcache", "stage2", "export", "answers", "narration",
+                                                "narrate"])
     ap.add_argument("--root", default="out/train/panda", help="run directory (default out/train/panda)")
     ap.add_argument("--demos", default="out/demos", help="demonstration shards (default out/demos)")
     ap.add_argument("--steps", type=int, default=None, help="total steps of the stage (default: hparams.py)")
     ap.add_argument("--until", type=int, default=None,
                     help="stop at this step on the stage's full schedule (resume later to go on)")
-    ap.add_argument("--out", default=None, help="export, answers: checkpoint directory (default <root>/checkpoint)")
+    ap.add_argument("--out", default=None,
+                    help="export, answers, narration: checkpoint directory (default <root>/checkpoint)")
     ap.add_argument("--checkpoint", default=None,
                     help="kvcache: the prefixes of this finished checkpoint ('shipped': the shipped weights) instead of "
                          "<root>/stage1's, e.g. to retrain only the answers")
+    ap.add_argument("--frame-stride", type=int, default=None,
+                    help="kvcache: store every k-th frame of each episode (default: hparams.py's Stage2.frame_stride)")
     ap.add_argument("--frames", type=int, default=90, help="narrate: held-out frames (balanced by place)")
     ap.add_argument("--every", type=int, default=0,
                     help="narrate: every k-th frame of every held-out episode instead of a balanced sample")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads of stage1 / kvcache / stage2 / answers (default: hparams.py's, 1: the other core "
+                    help="torch threads of stage1 / kvcache / stage2 / answers / narration (default: hparams.py's, 1: the other core "
                          "stays free; 2 on an otherwise idle 2-core machine)")
     args = ap.parse_args(argv)
     root, demos = Path(args.root), Path(args.demos)
@@ -67,7 +73,10 @@ def main(argv=None) -> int:
         if checkpoint == "shipped":
             from oxygen_ros.engine.models.smol_panda.checkpoint import SHIPPED_DIR
             checkpoint = SHIPPED_DIR
-        kv_cache.build(root, demos, hp=with_threads(H.Stage2()), checkpoint=Path(checkpoint) if checkpoint else None)
+        hp = with_threads(H.Stage2())
+        if args.frame_stride:
+            hp.frame_stride = args.frame_stride
+        kv_cache.build(root, demos, hp=hp, checkpoint=Path(checkpoint) if checkpoint else None)
     elif args.command == "stage2":
         from oxygen_ros.engine.models.smol_panda.training import stage2
         stage2.train(root, args.steps, hp=with_threads(H.Stage2()), until=args.until)
@@ -78,6 +87,10 @@ def main(argv=None) -> int:
         from oxygen_ros.engine.models.smol_panda.training import answers
         answers.train(root, Path(args.out) if args.out else root / "checkpoint", args.steps,
                       hp=with_threads(H.Answers()))
+    elif args.command == "narration":
+        from oxygen_ros.engine.models.smol_panda.training import narration
+        narration.train(root, demos, Path(args.out) if args.out else root / "checkpoint", args.steps,
+                        hp=with_threads(H.Narration()))
     return 0
 
 

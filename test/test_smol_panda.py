@@ -277,7 +277,7 @@ def test_a_prompt_counts_its_learned_rows_and_needs_them(smol_panda, learned):
     with pytest.raises(RequestRejected, match="176 tokens, the limit is 160"):
         engine.submit(LanguageRequest("<|learned_prompt|>" * 11, stream="answer"))
     model.set_learned_prompt(None)
-    with pytest.raises(RequestRejected, match="no learned prompt.*learned_prompt.safetensors"):
+    with pytest.raises(RequestRejected, match="no such learned prompt.*learned_prompt.safetensors holds none"):
         engine.submit(LanguageRequest(ANSWER, stream="answer"))
 
 
@@ -320,21 +320,54 @@ def test_kvcache_can_take_its_prefixes_from_a_finished_checkpoint(smol_panda, tm
         stage1_model(tmp_path)                     # no stage-1 run there
 
 
-def test_the_loader_reads_a_checkpoints_learned_prompt(tmp_path):
-    """learned_prompt.safetensors beside model.safetensors (fp16) loads with the checkpoint;
-    a file of another shape is refused naming it."""
+def test_the_loader_reads_a_checkpoints_learned_prompts(tmp_path):
+    """learned_prompt.safetensors beside model.safetensors (fp16) holds a block per kind of
+    request; writing one keeps the other, and both load with the checkpoint. A tensor of
+    another shape or name is refused naming the file."""
     _gguf_or_skip()
     from oxygen_ros.engine.models.smol_panda import learned_prompt
     from oxygen_ros.engine.registry import load_model
 
     _random_checkpoint(tmp_path)
-    rows = torch.randn(8, SMOL_PANDA.backbone.width)
-    learned_prompt.write(tmp_path, rows)
+    answer, narration = torch.randn(8, SMOL_PANDA.backbone.width), torch.randn(4, SMOL_PANDA.backbone.width)
+    learned_prompt.write(tmp_path, answer)
+    learned_prompt.write(tmp_path, narration, learned_prompt.NARRATION)
     model, _ = load_model("smol-panda", checkpoint=str(tmp_path))
-    assert torch.equal(model.learned_prompt, rows.half().float())
+    assert torch.equal(model.learned_blocks[learned_prompt.ANSWER], answer.half().float())
+    assert torch.equal(model.learned_blocks[learned_prompt.NARRATION], narration.half().float())
+    assert torch.equal(model.learned_prompt, torch.cat([answer, narration]).half().float())
     learned_prompt.write(tmp_path, torch.zeros(8, 7))
-    with pytest.raises(ValueError, match=r"learned_prompt.safetensors must hold one tensor 'learned_prompt' \[n, 576\]"):
+    with pytest.raises(ValueError, match=r"learned_prompt.safetensors must hold tensors named 'learned_prompt' "
+                                         r"or 'learned_narration', each \[n, 576\]"):
         learned_prompt.read(tmp_path, SMOL_PANDA.backbone.width)
+    with pytest.raises(ValueError, match="unknown learned prompt 'other'"):
+        learned_prompt.write(tmp_path, answer, "other")
+
+
+def test_each_learned_block_stands_where_its_own_marker_is(smol_panda, learned):
+    """With the answer's 16 rows and a narration block, each marker becomes its own block's
+    ids (the narration's after the answer's), embedded as that block's rows; a marker whose
+    block is missing is refused by name, the other still works."""
+    from oxygen_ros.engine.models.smol_panda import learned_prompt
+    from oxygen_ros.engine.requests import RequestRejected
+
+    model, tok, _, _ = smol_panda
+    vocab = model.cfg.backbone.vocab_size
+    narration = torch.randn(4, model.cfg.backbone.width, generator=torch.Generator().manual_seed(4)) * 0.05
+    model.set_learned_prompt(narration, learned_prompt.NARRATION)
+    try:
+        prompt = "Where?<|learned_narration|> and <|learned_prompt|>!"
+        ids = model.request_ids(tok, prompt)
+        assert ids == (tok.encode("Where?") + list(range(vocab + 16, vocab + 20)) + tok.encode(" and ")
+                       + list(range(vocab, vocab + 16)) + tok.encode("!"))
+        x = model.embed_request(torch.tensor([ids]))[0]
+        n = len(tok.encode("Where?"))
+        assert torch.equal(x[n:n + 4], narration) and torch.equal(x[n + 4 + len(tok.encode(" and ")):][:16], learned)
+    finally:
+        model.set_learned_prompt(None, learned_prompt.NARRATION)
+    assert model.request_ids(tok, ANSWER)[len(tok.encode(ANSWER.split("<|learned_prompt|>")[0]))] == vocab
+    with pytest.raises(RequestRejected, match=r"uses <\|learned_narration\|> but the checkpoint has no such"):
+        model.request_ids(tok, H.NARRATION_PROMPT_LEARNED)
 
 
 def test_export_writes_the_trained_parts_in_fp16_within_64_mb(tmp_path):
@@ -639,9 +672,9 @@ def test_answer_batches_pair_each_log_with_a_twin_that_only_its_notes_tell_apart
 
 
 def test_the_deciding_tokens_are_where_an_answer_parts_from_another():
-    """answers.deciding_tokens: the positions where an answer's tokens first differ from each
+    """prompt_tuning.deciding_tokens: the positions where an answer's tokens first differ from each
     other answer's (the loss weighs them by Answers.decision_weight)."""
-    from oxygen_ros.engine.models.smol_panda.training.answers import deciding_tokens
+    from oxygen_ros.engine.models.smol_panda.training.prompt_tuning import deciding_tokens
 
     answers = {"not_yet": [1, 2, 3], "holding": [1, 5, 6, 7], "done": [1, 5, 6, 8], "dropped": [1, 5, 9]}
     assert deciding_tokens(answers) == {"not_yet": {1}, "holding": {1, 2, 3}, "done": {1, 2, 3}, "dropped": {1, 2}}

@@ -1,16 +1,17 @@
-"""A learned prompt: embeddings trained for one kind of request (prompt tuning) that stand
-where a prompt template writes the marker <|learned_prompt|>.
+"""Learned prompts: embeddings trained for one kind of request (prompt tuning) that stand
+where a prompt template writes their marker.
 
-The answer to "what have you done?" is such a request: SmolLM2 stays frozen, and 16 input
-embeddings placed after the memory log and the question teach it to say the task's progress
-in one of a few sentences (training/answers.py). They enter as token ids past the vocabulary
-(vocab_size + i for row i), so the engine schedules, pads and batches them as any prompt
-token; only the embedding lookup (SmolPandaModel.embed_request) knows them, and no logit is
-ever computed for them. The observation prefix, hence the actions and the narration, never
-contains them.
+Two kinds, each a block of 16 rows: the answer to "what have you done?" (<|learned_prompt|>,
+training/answers.py) and the narration of where the cube is (<|learned_narration|>,
+training/narration.py). SmolLM2 stays frozen; the rows enter as token ids past the
+vocabulary (the blocks one after another: vocab_size + offset + i for row i), so the engine
+schedules, pads and batches them as any prompt token; only the embedding lookup
+(SmolPandaModel.embed_request) knows them, and no logit is ever computed for them. The
+observation prefix, hence the actions, never contains them.
 
-File: learned_prompt.safetensors in the checkpoint directory, one tensor "learned_prompt"
-[n, backbone width]; absent = no learned prompt (a prompt with the marker is refused).
+File: learned_prompt.safetensors in the checkpoint directory, one tensor [n, backbone width]
+per block, named as its marker without the brackets; absent = no learned prompt (a prompt
+with a marker whose block is missing is refused).
 """
 from __future__ import annotations
 
@@ -20,53 +21,85 @@ import torch
 
 from ...requests import RequestRejected
 
-MARKER = "<|learned_prompt|>"
 FILE = "learned_prompt.safetensors"
-TENSOR = "learned_prompt"
+ANSWER = "learned_prompt"          # the answer's block (its name predates the narration's)
+NARRATION = "learned_narration"
+BLOCKS = (ANSWER, NARRATION)        # in id order
+MARKER = f"<|{ANSWER}|>"
+
+
+def marker(name: str) -> str:
+    return f"<|{name}|>"
 
 
 class LearnedPromptMissing(RequestRejected):
-    """A prompt names the learned prompt, and the checkpoint has none."""
+    """A prompt names a learned prompt the checkpoint does not have."""
 
 
-def splice(tok, prompt: str, vocab_size: int, rows: int) -> list[int]:
-    """The prompt's token ids with each MARKER replaced by ids vocab_size .. vocab_size + rows - 1."""
-    pieces = prompt.split(MARKER)
-    if len(pieces) > 1 and rows == 0:
-        raise LearnedPromptMissing(f"the prompt uses {MARKER} but the checkpoint has no learned prompt "
-                                   f"({FILE}); remove the marker or train one (docs/training.md, Answers)")
+def layout(blocks: dict[str, torch.Tensor]) -> dict[str, range]:
+    """Each block's rows in the concatenation (BLOCKS order), as offsets past the vocabulary."""
+    out, at = {}, 0
+    for name in BLOCKS:
+        if name in blocks:
+            out[name] = range(at, at + blocks[name].shape[0])
+            at += blocks[name].shape[0]
+    return out
+
+
+def splice(tok, prompt: str, vocab_size: int, rows: dict[str, range]) -> list[int]:
+    """The prompt's token ids with each block's marker replaced by that block's ids."""
+    pieces: list[str | range] = [prompt]
+    for name in BLOCKS:
+        split: list[str | range] = []
+        for piece in pieces:
+            if not isinstance(piece, str) or marker(name) not in piece:
+                split.append(piece)
+                continue
+            if name not in rows:
+                raise LearnedPromptMissing(
+                    f"the prompt uses {marker(name)} but the checkpoint has no such learned prompt "
+                    f"({FILE} holds {sorted(rows) or 'none'}); remove the marker or train it (docs/training.md)")
+            for i, text in enumerate(piece.split(marker(name))):
+                if i:
+                    split.append(rows[name])
+                split.append(text)
+        pieces = split
     ids: list[int] = []
-    for i, piece in enumerate(pieces):
-        if i:
-            ids += range(vocab_size, vocab_size + rows)
-        if piece:
+    for piece in pieces:
+        if isinstance(piece, range):
+            ids += [vocab_size + i for i in piece]
+        elif piece:
             ids += tok.encode(piece)
     return ids
 
 
-def read(checkpoint_dir: Path, width: int) -> torch.Tensor | None:
-    """The checkpoint's learned prompt [n, width] in fp32, or None when it has none."""
+def read(checkpoint_dir: Path, width: int) -> dict[str, torch.Tensor]:
+    """The checkpoint's learned prompts {block: [n, width] fp32}, empty when it has none."""
     from safetensors.torch import load_file
 
     path = Path(checkpoint_dir) / FILE
     if not path.is_file():
-        return None
+        return {}
     state = load_file(str(path))
-    rows = state.get(TENSOR)
-    if rows is None or rows.dim() != 2 or rows.shape[1] != width or set(state) != {TENSOR}:
-        raise ValueError(f"{path} must hold one tensor {TENSOR!r} [n, {width}], got "
+    bad = {k: list(v.shape) for k, v in state.items() if k not in BLOCKS or v.dim() != 2 or v.shape[1] != width}
+    if bad or not state:
+        raise ValueError(f"{path} must hold tensors named {' or '.join(map(repr, BLOCKS))}, each [n, {width}], got "
                          f"{ {k: list(v.shape) for k, v in state.items()} }")
-    return rows.float()
+    return {k: v.float() for k, v in state.items()}
 
 
-def write(checkpoint_dir: Path, rows: torch.Tensor) -> Path:
-    """Save rows [n, width] in fp16 beside the checkpoint's model.safetensors."""
-    from safetensors.torch import save_file
+def write(checkpoint_dir: Path, rows: torch.Tensor, name: str = ANSWER) -> Path:
+    """Save block `name` [n, width] in fp16 beside the checkpoint's model.safetensors, keeping
+    the file's other blocks."""
+    from safetensors.torch import load_file, save_file
 
+    if name not in BLOCKS:
+        raise ValueError(f"unknown learned prompt {name!r}: one of {BLOCKS}")
     path = Path(checkpoint_dir) / FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    state = load_file(str(path)) if path.is_file() else {}
+    state[name] = rows.detach().to("cpu", torch.float16).contiguous()
     tmp = path.with_suffix(".tmp")
-    save_file({TENSOR: rows.detach().to("cpu", torch.float16).contiguous()}, str(tmp),
-              metadata={"profile": "smol-panda"})
+    save_file(state, str(tmp), metadata={"profile": "smol-panda"})
     tmp.replace(path)
     return path

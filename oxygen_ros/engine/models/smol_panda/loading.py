@@ -1,7 +1,7 @@
 """The smol-panda model from a checkpoint: SmolLM2-135M-Instruct's real weights and tokenizer
 (the smollm2 family's GGUF cache), then the trained image encoder, projector and action
-expert read over them (checkpoint.py), and the learned answer prompt where the checkpoint has
-one (learned_prompt.py)."""
+expert read over them (checkpoint.py), and the learned prompts (answer, narration) the
+checkpoint has (learned_prompt.py)."""
 from __future__ import annotations
 
 import sys
@@ -33,5 +33,6 @@ def load_smol_panda(cfg: ModelConfig, checkpoint=None, gguf_path=None, progress=
         parts = read_trained(path, {k: v.shape for k, v in model.trained_state().items()})
         # copies into the fp32 parameters (a shipped fp16 file is upcast here)
         model.load_state_dict(parts, strict=False)
-        model.set_learned_prompt(learned_prompt.read(path.parent, cfg.backbone.width))
+        for name, rows in learned_prompt.read(path.parent, cfg.backbone.width).items():
+            model.set_learned_prompt(rows, name)
     return model.eval(), GGUFTokenizer.from_json(cached.tokenizer)

@@ -24,22 +24,35 @@ class SmolPandaModel(VLAModel):
         self.vision = ConvVisionEncoder(cfg.vision, cfg.backbone.width)
         self.backbone = Decoder(cfg.backbone)
         self.expert = ActionExpert(cfg.expert, cfg.backbone)
-        # rows a prompt's <|learned_prompt|> stands for (learned_prompt.py); none until loaded
+        # the rows a prompt's learned-prompt markers stand for (learned_prompt.py): the blocks
+        # one after another; none until loaded
+        self.learned_blocks: dict[str, torch.Tensor] = {}
+        self.learned_rows: dict[str, range] = {}
         self.register_buffer("learned_prompt", torch.zeros(0, cfg.backbone.width), persistent=False)
 
-    def set_learned_prompt(self, rows: torch.Tensor | None) -> None:
+    def set_learned_prompt(self, rows: torch.Tensor | None, name: str = learned_prompt.ANSWER) -> None:
+        """Set (or with None remove) one block of learned rows. A lone block is used as given, so
+        a training pass can pass its leaf tensor and get gradients through embed_request."""
         width = self.cfg.backbone.width
-        rows = torch.zeros(0, width) if rows is None else rows
-        if rows.dim() != 2 or rows.shape[1] != width:
+        if name not in learned_prompt.BLOCKS:
+            raise ValueError(f"unknown learned prompt {name!r}: one of {learned_prompt.BLOCKS}")
+        if rows is None:
+            self.learned_blocks.pop(name, None)
+        elif rows.dim() != 2 or rows.shape[1] != width:
             raise ValueError(f"a learned prompt is [n, {width}], got {list(rows.shape)}")
-        self.learned_prompt = rows.to(device=self.device, dtype=self.dtype)
+        else:
+            self.learned_blocks[name] = rows
+        self.learned_rows = learned_prompt.layout(self.learned_blocks)
+        blocks = [self.learned_blocks[n].to(device=self.device, dtype=self.dtype) for n in self.learned_rows]
+        self.learned_prompt = (torch.zeros(0, width, device=self.device, dtype=self.dtype) if not blocks
+                               else blocks[0] if len(blocks) == 1 else torch.cat(blocks))
 
     def request_ids(self, tok, prompt: str) -> list[int]:
-        return learned_prompt.splice(tok, prompt, self.cfg.backbone.vocab_size, self.learned_prompt.shape[0])
+        return learned_prompt.splice(tok, prompt, self.cfg.backbone.vocab_size, self.learned_rows)
 
     def embed_request(self, ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings, and the learned prompt's rows where ids are past the vocabulary
-        (selected without a host sync: the same ops whether or not a row is learned)."""
+        """Token embeddings, and the learned rows where ids are past the vocabulary (selected
+        without a host sync: the same ops whether or not a row is learned)."""
         vocab, rows = self.cfg.backbone.vocab_size, self.learned_prompt.shape[0]
         x = self.backbone.embed(ids.clamp(max=vocab - 1))
         if rows == 0:

@@ -17,22 +17,19 @@ apart; uniform draws without twins left a log ending in the bowl answered as a d
 """
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from .. import learned_prompt
 from ..configuration import SMOL_PANDA
 from ....text.prompts import fill_answer
 from . import hparams as H
-from .common import training_model
-from .kv_cache import KVStore, train_parts
+from . import prompt_tuning
+from .kv_cache import KVStore
 from .progress import progress
-from .run import Run, lr_at
+from .prompt_tuning import Batch
 
 
 def clean_notes(rng: np.random.Generator, hp: H.Answers) -> list[str]:
@@ -109,111 +106,19 @@ class Samples:
         return idx, logs, questions, keys
 
 
-def deciding_tokens(targets: dict[str, list[int]]) -> dict[str, set[int]]:
-    """Per answer, the positions where it parts from another answer with the same tokens
-    before (e.g. "," against " and" after "I picked up the cube"): the tokens that say which
-    progress it is; every other token follows from them."""
-    out = {key: set() for key in targets}
-    for key, ids in targets.items():
-        for other in targets.values():
-            j = next((j for j, (a, b) in enumerate(zip(ids, other)) if a != b), None)
-            if j is not None:
-                out[key].add(j)
-    return out
-
-
-def answer_loss(model, tok, store: KVStore, idx, logs, questions, keys, decision_weight: float = 1.0):
-    """Cross-entropy of the target answers (and <|im_end|>) after each stored prefix and its
-    filled answer prompt, with autograd to the learned rows, the deciding tokens weighted by
-    decision_weight; and which answers are right at every token (greedy, teacher-forced)."""
-    eos = next(iter(tok.eos_ids))
-    sentences = {key: tok.encode(text) + [eos] for key, text in H.PROGRESS.items()}
-    deciding = deciding_tokens(sentences)
-    rows, starts, weights = [], [], []
-    for memory, question, key in zip(logs, questions, keys):
-        prompt = model.request_ids(tok, fill_answer(H.ANSWER_PROMPT, memory, question))
-        target = sentences[key]
-        starts.append((len(prompt) - 1, target))
-        rows.append(prompt + target[:-1])
-        weights += [decision_weight if j in deciding[key] else 1.0 for j in range(len(target))]
-    t = max(len(r) for r in rows)
-    ids = torch.tensor([r + [eos] * (t - len(r)) for r in rows])
-    ks, vs, lengths, _ = store.batch(idx, extra=t)
-    span, b = ks[0].shape[2] - t, len(idx)
-    # each row's prompt follows its own prefix (padded to the store's span: masked out)
-    positions = lengths[:, None] + torch.arange(t)[None]
-    mask = torch.zeros(b, 1, t, span + t, dtype=torch.bool)
-    mask[:, 0, :, :span] = (torch.arange(span)[None] < lengths[:, None])[:, None, :]
-    mask[:, 0, :, span:] = torch.ones(t, t, dtype=torch.bool).tril()
-    pool = SimpleNamespace(k=ks, v=vs)
-    hidden = model.backbone(model.embed_request(ids), positions, pool, slice(0, b), span, span + t, mask)
-    picked, targets, owner = [], [], []
-    for r, (first, target) in enumerate(starts):
-        picked.append(hidden[r, first:first + len(target)])
-        targets += target
-        owner += [r] * len(target)
-    logits = model.backbone.logits(torch.cat(picked))
-    targets, owner, weights = torch.tensor(targets), torch.tensor(owner), torch.tensor(weights)
-    loss = (F.cross_entropy(logits, targets, reduction="none") * weights).sum() / weights.sum()
-    wrong = torch.zeros(b).index_add_(0, owner, (logits.argmax(-1) != targets).float())
-    return loss, (wrong == 0).tolist()
+def to_batch(drawn) -> Batch:
+    """Samples.draw's (frames, logs, questions, keys) as prompts filled with the answer template."""
+    idx, logs, questions, keys = drawn
+    return Batch(idx, [fill_answer(H.ANSWER_PROMPT, memory, q) for memory, q in zip(logs, questions)], keys)
 
 
 def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None = None,
           cfg=SMOL_PANDA) -> Path:
     """Learn the rows on <root>'s stored prefixes; write them into checkpoint directory `out`."""
-    hp = hp or H.Answers()
-    steps = steps or hp.steps
-    torch.set_num_threads(hp.threads)
-    run = Run(Path(root) / "answers", {"answers": vars(hp), "cfg": cfg.name}, steps)
-    parts = [KVStore(p) for p in train_parts(root)]
-    if not parts:
-        raise RuntimeError(f"no stored prefix K/V under {Path(root) / 'kv'}: run `train_panda.py kvcache` first")
-    train_set = [Samples(s, hp) for s in parts]
-    val = Samples(KVStore(Path(root) / "kv" / "val"), hp)
-    model, tok = training_model(cfg)
-    model.requires_grad_(False)                 # only the rows learn
-    init = model.backbone.embed(torch.tensor([tok.encode(hp.init_text)]))[0]
-    rows = init[torch.arange(hp.rows) % init.shape[0]].clone().requires_grad_(True)
-    opt = torch.optim.AdamW([rows], lr=hp.lr, weight_decay=0.0)
-    state = run.resume()
-    if state:
-        rows.data.copy_(state["rows"])
-        opt.load_state_dict(state["opt"])
-    model.learned_prompt = rows               # the buffer embed_request reads, here with autograd
-    rng = np.random.default_rng([hp.seed, run.step0])
-    val_batch = val.draw(min(hp.eval_samples, len(val)), np.random.default_rng(hp.seed + 1000))
-    print(f"answers: {sum(map(len, train_set))} training frames, {len(val)} held out; "
-          f"from step {run.step0}", flush=True)
-    step = run.step0
-    while step < steps:
-        t0 = time.time()
-        part = train_set[int(rng.integers(len(train_set)))]
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, hp.lr, hp.warmup, steps)
-        loss, right = answer_loss(model, tok, part.store, *part.draw(hp.batch, rng, twins=hp.twins),
-                                  decision_weight=hp.decision_weight)
-        right = sum(right)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        step += 1
-        record = {"kind": "step", "step": step, "time": time.time(), "loss": loss.item(),
-                  "train_acc": right / hp.batch, "sec": time.time() - t0}
-        if step % hp.eval_every == 0 or step == steps:
-            with torch.no_grad():
-                v_loss, v_right = answer_loss(model, tok, val.store, *val_batch)
-            by_key = {k: f"{sum(r for r, kk in zip(v_right, val_batch[3]) if kk == k)}/{val_batch[3].count(k)}"
-                      for k in H.PROGRESS}
-            run.log({"kind": "eval", "step": step, "time": time.time(), "val_loss": v_loss.item(),
-                     "val_acc": sum(v_right) / len(v_right), "val_right": by_key})
-            print(f"  held out: loss {v_loss.item():.4f}, {sum(v_right)}/{len(v_right)} answers right {by_key}",
-                  flush=True)
-        run.log(record)
-        run.progress(step, {"loss": record["loss"]}, f"right {right}/{hp.batch}")
-        if step % hp.checkpoint_every == 0 or step == steps:
-            run.save({"step": step, "rows": rows.detach().clone(), "opt": opt.state_dict()})
-            run.plot("answers: the learned prompt's loss (SmolLM2 frozen)")
-    path = learned_prompt.write(out, rows)
-    print(f"wrote {path} ({hp.rows} rows, fp16)", flush=True)
-    return path
+    hp = replace(hp or H.Answers(), **({"steps": steps} if steps else {}))
+    return prompt_tuning.tune(
+        root, out, learned_prompt.ANSWER, hp, H.PROGRESS,
+        draw=lambda store, n, rng: to_batch(Samples(store, hp).draw(n, rng, twins=hp.twins)),
+        validation=lambda val: to_batch(Samples(val, hp).draw(min(hp.eval_samples, val.done),
+                                                              np.random.default_rng(hp.seed + 1000))),
+        cfg=cfg)

@@ -39,6 +39,7 @@ class Episode:
     cube_yaw: np.ndarray               # float32 [T]: the cube's turn about z (rad)
     gripper_yaw: np.ndarray            # float32 [T]: the gripper frame's turn about z (rad)
     confined: np.ndarray | None = None  # bool [T]: in the phases the recording confined its offsets to
+    source: str = "expert"             # "policy": panda_policy_rollout.py --record (for captions, never actions)
 
     @property
     def length(self) -> int:
@@ -47,14 +48,16 @@ class Episode:
 
 def load_episode(path: Path, seed: int) -> Episode | None:
     with np.load(path) as d:
-        if not bool(d["success"]) or list(d["place_names"]) != list(H.PLACES):
+        source = str(d["source"]) if "source" in d.files else "expert"
+        # a failed demonstration teaches nothing; a policy's failed episode still shows its states
+        if (source == "expert" and not bool(d["success"])) or list(d["place_names"]) != list(H.PLACES):
             return None
         return Episode(seed=seed, images={slot: d[key] for slot, key in H.CAMERAS.items()},
                        state=d["joint_position"].astype(np.float32), actions=d["action_chunk"].astype(np.float32),
                        place=d["place"], grasp=d["grasp_contact"], cube=d["cube_pose"][:, :3],
                        gripper=d["gripper_pose"][:, :3], bowl=d["bowl_pose"][:, :3],
                        cube_yaw=yaw(d["cube_pose"][:, 3:]), gripper_yaw=yaw(d["gripper_pose"][:, 3:]),
-                       confined=confined_frames(d))
+                       confined=confined_frames(d), source=source)
 
 
 def confined_frames(shard) -> np.ndarray:

@@ -9,6 +9,10 @@ INSTRUCTION = "pick up the red cube and put it in the bowl"
 # appended after the observation prefix (its "<|im_start|>Task: ...;\nAction: " turn), as the
 # node appends config/smol_panda.yaml's narration_prompt
 NARRATION_PROMPT = "<|im_end|>\n<|im_start|>user\nWhere is the cube now?<|im_end|>\n<|im_start|>assistant\n"
+# the node's narration and memory prompt (config/smol_panda.yaml): the same question, with the
+# learned narration rows (training/narration.py) after it
+NARRATION_PROMPT_LEARNED = ("<|im_end|>\n<|im_start|>user\nWhere is the cube now?<|learned_narration|><|im_end|>\n"
+                            "<|im_start|>assistant\n")
 CAPTIONS = {"table": "The cube is on the table.", "gripper": "The cube is in the gripper.",
             "bowl": "The cube is in the bowl."}
 PLACES = ("table", "gripper", "bowl")          # the demos' place_names order
@@ -105,10 +109,28 @@ class Answers:
 
 
 @dataclass
+class Narration:
+    """The learned narration prompt (training/narration.py): SmolLM2 frozen, only these rows
+    learn, on the stored prefixes of stage 2, the three places equally often."""
+    seed: int = 4
+    steps: int = 300
+    batch: int = 12
+    rows: int = 16
+    init_text: str = " Look at the gripper's camera: is the cube held between the fingers, on the table or in the bowl?"
+    lr: float = 3e-3
+    warmup: int = 10
+    decision_weight: float = 4.0      # the loss's weight on the tokens that tell the places apart
+    checkpoint_every: int = 25
+    eval_every: int = 25
+    threads: int = 2
+
+
+@dataclass
 class Hparams:
     stage1: Stage1 = field(default_factory=Stage1)
     stage2: Stage2 = field(default_factory=Stage2)
     answers: Answers = field(default_factory=Answers)
+    narration: Narration = field(default_factory=Narration)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -105,7 +105,8 @@ def build_split(root: Path, demos: Demos, frames: np.ndarray | None, out: Path, 
         images = len(H.CAMERAS) * cfg.vision.tokens_per_image
         shape = (2, bb.depth, bb.num_kv_heads, images + max(len(p) for p in prompts), bb.head_dim)
         meta = {"frames": len(frames), "shape": list(shape), "done": 0, "seconds": 0.0,
-                "frame_index": [[int(demos.episodes[demos.frames[i][0]].seed), int(demos.frames[i][1])] for i in frames]}
+                "frame_index": [[int(demos.episodes[demos.frames[i][0]].seed), int(demos.frames[i][1])] for i in frames],
+                "policy_frames": sum(demos.episodes[demos.frames[i][0]].source == "policy" for i in frames)}
         np.save(out / "lengths.npy", np.array([images + len(p) for p in prompts], np.int16))
         acts = []
         for i in frames:

@@ -53,6 +53,10 @@ def load_parts(root: Path):
     """The K/V store's training parts and the frames each holds so far (a part being written
     by a `kvcache` run counts what it has flushed)."""
     parts = [KVStore(p) for p in train_parts(root)]
+    if policy := [str(p.dir) for p in parts if p.meta.get("policy_frames")]:
+        raise ValueError(f"{', '.join(policy)} hold frames of the policy's own episodes (panda_policy_rollout.py "
+                         f"--record): their chunks are what the policy did, not demonstrations; store them under "
+                         f"another --root (they are for the narration prompt)")
     return parts, np.array([p.done for p in parts], dtype=np.float64)
 
 

@@ -1,0 +1,100 @@
+"""smol-panda's learned narration prompt (training/narration.py): its samples are stored
+frames captioned by their episodes' ground truth, the places in turn; the policy's own
+episodes (panda_policy_rollout.py --record) feed it and never the expert."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oxygen_ros.engine.models.smol_panda.training import hparams as H
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shard(path: Path, places, source: str | None = None, success: bool = True):
+    t = len(places)
+    pose = np.tile([0, 0, 0, 1, 0, 0, 0.0], (t, 1))
+    extra = {"source": np.array(source)} if source else {}
+    np.savez(path, success=success, place_names=np.array(H.PLACES), place=np.array(places, np.int8),
+             image_base=np.zeros((t, 4, 4, 3), np.uint8), image_left_wrist=np.zeros((t, 4, 4, 3), np.uint8),
+             joint_position=np.zeros((t, 8)), action_chunk=np.zeros((t, 10, 8)), grasp_contact=np.zeros(t, bool),
+             cube_pose=pose, gripper_pose=pose, bowl_pose=pose, phase=np.zeros(t, np.int8),
+             phase_names=np.array(["policy"]), perturb_rad=0.0, **extra)
+
+
+def _store(directory: Path, frame_index, policy_frames: int = 0):
+    from oxygen_ros.engine.models.smol_panda.training.kv_cache import KVStore
+
+    n, shape = len(frame_index), (2, 1, 1, 4, 2)
+    directory.mkdir(parents=True)
+    np.zeros((n, *shape), np.float16).tofile(directory / "kv.f16")
+    np.save(directory / "lengths.npy", np.full(n, 4, np.int16))
+    np.save(directory / "actions.npy", np.zeros((n, 10, 8), np.float32))
+    (directory / "meta.json").write_text(json.dumps({"frames": n, "shape": list(shape), "done": n,
+                                                     "frame_index": frame_index, "policy_frames": policy_frames}))
+    return KVStore(directory)
+
+
+def test_narration_samples_caption_each_stored_frame_by_its_place_the_places_in_turn(tmp_path):
+    from oxygen_ros.engine.models.smol_panda.training.narration import Samples
+
+    demos = tmp_path / "demos"
+    demos.mkdir()
+    _shard(demos / "episode_1001.npz", [0, 0, 0, 1, 1, 2])
+    _shard(demos / "episode_1002.npz", [0, 1, 1, 1])
+    index = [[1001, 0], [1001, 3], [1001, 5], [1002, 0], [1002, 2], [1001, 1]]
+    samples = Samples(_store(tmp_path / "kv" / "train_0", index), demos)
+    assert samples.places.tolist() == [0, 1, 2, 0, 1, 0]
+    batch = samples.draw(9, np.random.default_rng(0))
+    assert batch.keys == ["table", "gripper", "bowl"] * 3
+    assert [H.PLACES[samples.places[i]] for i in batch.idx] == batch.keys
+    assert set(batch.prompts) == {H.NARRATION_PROMPT_LEARNED}
+    assert H.NARRATION_PROMPT_LEARNED.count("<|learned_narration|>") == 1
+    (demos / "episode_1002.npz").unlink()
+    with pytest.raises(FileNotFoundError, match="frames of seed 1002, whose shard is not in"):
+        Samples(_store(tmp_path / "kv" / "train_1", index), demos)
+
+
+def test_the_policys_own_episodes_load_even_failed_and_stage2_refuses_them(tmp_path):
+    """A failed demonstration is left out; a failed policy episode still shows the states the
+    policy visits (what its narration must read). A K/V part holding policy frames is refused
+    by stage 2: their chunks are what the policy did, not what to do."""
+    from oxygen_ros.engine.models.smol_panda.training.data import load_episode
+    from oxygen_ros.engine.models.smol_panda.training.stage2 import load_parts
+
+    _shard(tmp_path / "expert.npz", [0, 0], success=False)
+    _shard(tmp_path / "policy.npz", [0, 1], source="policy", success=False)
+    assert load_episode(tmp_path / "expert.npz", 1) is None
+    assert load_episode(tmp_path / "policy.npz", 2).source == "policy"
+    _store(tmp_path / "root" / "kv" / "train_0", [[1001, 0]])
+    assert len(load_parts(tmp_path / "root")[0]) == 1
+    _store(tmp_path / "root" / "kv" / "train_1", [[1002, 0]], policy_frames=1)
+    with pytest.raises(ValueError, match="train_1 hold frames of the policy's own episodes"):
+        load_parts(tmp_path / "root")
+
+
+def test_a_recorded_policy_rollout_is_a_shard_the_training_reads(tmp_path):
+    """panda_policy_rollout.py --record: one second of a (random-weight) policy in the Panda
+    scene, written in record_demos.py's format with source "policy"; refused for held-out seeds."""
+    from test_smol_panda import _gguf_or_skip, _random_checkpoint
+
+    from oxygen_ros.engine.models.smol_panda.training.data import Demos
+
+    _gguf_or_skip()
+    _random_checkpoint(tmp_path / "ckpt")
+    cmd = [sys.executable, "scripts/panda_policy_rollout.py", "--checkpoint", str(tmp_path / "ckpt"),
+           "--seconds", "1", "--narrate-every", "0", "--record", str(tmp_path / "rollouts")]
+    done = subprocess.run(cmd + ["--seeds", "1003"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    demos = Demos(tmp_path / "rollouts")
+    (episode,) = demos.episodes
+    assert episode.seed == 1003 and episode.source == "policy" and episode.length == 5   # every 2nd of 10 frames
+    assert episode.images["base_0_rgb"].shape == (5, 128, 128, 3) and episode.actions.shape == (5, 10, 8)
+    assert (episode.place == 0).all()            # a random arm does not lift the cube in a second
+    held = subprocess.run(cmd + ["--seeds", "900001"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert held.returncode == 2 and "training seeds only" in held.stderr
