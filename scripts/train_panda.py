@@ -10,7 +10,7 @@
   scripts/train_panda.py narrate [--root ...] [--frames N | --every K]  # held-out narration accuracy
 
 Every stage resumes from its run directory (<root>/stage1, <root>/stage2, <root>/answers,
-<root>/learned_narration) when rerun.
+<root>/narration) when rerun.
 Hyper-parameters and seeds: oxygen_ros/engine/models/smol_panda/training/hparams.py.
 """
 from __future__ import annotations

@@ -98,3 +98,74 @@ def test_a_recorded_policy_rollout_is_a_shard_the_training_reads(tmp_path):
     assert (episode.place == 0).all()            # a random arm does not lift the cube in a second
     held = subprocess.run(cmd + ["--seeds", "900001"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert held.returncode == 2 and "training seeds only" in held.stderr
+
+
+def test_the_prompt_tuning_pass_predicts_what_the_engine_decodes(tmp_path):
+    """prompt_tuning.request_loss on a stored prefix (here: the engine's own prefill of two
+    observations, padded as the store pads them) counts a row right exactly when the engine's
+    isolated path decodes its target greedily, learned narration rows included: the rows learn
+    on the computation the node runs."""
+    import torch
+    from test_smol_panda import _gguf_or_skip, _random_checkpoint
+
+    from oxygen_ros.engine.bench.baselines import IsolatedRunner
+    from oxygen_ros.engine.models.smol_panda import learned_prompt
+    from oxygen_ros.engine.models.smol_panda.training.prompt_tuning import Batch, request_loss
+    from oxygen_ros.engine.observation.observation import Observation
+    from oxygen_ros.engine.registry import load_model
+    from oxygen_ros.engine.requests import LanguageRequest
+
+    _gguf_or_skip()
+    _random_checkpoint(tmp_path)
+    model, tok = load_model("smol-panda", checkpoint=str(tmp_path))
+    rows = torch.randn(16, model.cfg.backbone.width, generator=torch.Generator().manual_seed(7)) * 0.05
+    model.set_learned_prompt(rows, learned_prompt.NARRATION)
+    rng = np.random.default_rng(2)
+    obs = [Observation(images={s: rng.integers(0, 256, (128, 128, 3), dtype=np.uint8) for s in H.CAMERAS},
+                       state=rng.uniform(-1, 1, 8), instruction=H.INSTRUCTION) for _ in range(2)]
+    runner = IsolatedRunner(model, tok)
+    said = []
+    for o in obs:
+        deltas = []
+        runner.language(o, LanguageRequest(H.NARRATION_PROMPT_LEARNED, max_new_tokens=6, ignore_eos=True),
+                        deltas=deltas)
+        said.append(tok.encode(deltas[-1].full_text)[:6])
+    # the store: each frame's prefix K/V, right-padded to a common span
+    prefixes = [model.observation_prefix(o, tok) for o in obs]
+    lengths = [p.shape[1] for p in prefixes]
+    span, depth = max(lengths) + 3, model.cfg.backbone.depth
+    pools = []
+    with torch.inference_mode():
+        for p in prefixes:
+            pool = model.new_pool(1, 256)
+            model.prefill(p, pool, 0)
+            pools.append(pool)
+
+    class Store:
+        def batch(self, idx, extra=0):
+            ks = [torch.stack([pools[i].k[layer, 0, :, :span + extra] for i in idx]).clone() for layer in range(depth)]
+            vs = [torch.stack([pools[i].v[layer, 0, :, :span + extra] for i in idx]).clone() for layer in range(depth)]
+            for t in ks + vs:
+                t[:, :, span:] = 0
+            return ks, vs, torch.tensor([lengths[i] for i in idx]), None
+
+    targets = {"own_0": said[0], "own_1": said[1], "other": [(t + 1) % 1000 for t in said[0]]}
+    batch = Batch(np.array([0, 1, 1, 0]), [H.NARRATION_PROMPT_LEARNED] * 4, ["own_0", "own_1", "own_0", "other"])
+    with torch.no_grad():
+        _, right = request_loss(model, tok, Store(), batch, targets)
+    assert right[:2] == [True, True] and not right[3]
+    assert right[2] == (said[0] == said[1])
+    # and its loss is the engine's: the cross-entropy of the target after the engine's prefill
+    # and extend of the same prompt (a shifted position or mask moves it, if not the greedy tokens)
+    import torch.nn.functional as F
+    for frame, key in ((0, "other"), (1, "own_1")):
+        with torch.no_grad():
+            loss, _ = request_loss(model, tok, Store(), Batch(np.array([frame]), [H.NARRATION_PROMPT_LEARNED], [key]),
+                                   targets)
+        prompt = model.request_ids(tok, H.NARRATION_PROMPT_LEARNED)
+        with torch.inference_mode():
+            pool = model.new_pool(1, 256)
+            model.prefill(prefixes[frame], pool, 0)
+            hidden = model.extend(torch.tensor([prompt + targets[key][:-1]]), pool, 0, lengths[frame])
+            logits = model.backbone.logits(hidden[0, len(prompt) - 1:])
+        assert abs(loss.item() - F.cross_entropy(logits, torch.tensor(targets[key])).item()) < 1e-4

@@ -117,7 +117,7 @@ def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None 
     """Learn the rows on <root>'s stored prefixes; write them into checkpoint directory `out`."""
     hp = replace(hp or H.Answers(), **({"steps": steps} if steps else {}))
     return prompt_tuning.tune(
-        root, out, learned_prompt.ANSWER, hp, H.PROGRESS,
+        root, out, learned_prompt.ANSWER, "answers", hp, H.PROGRESS,
         draw=lambda store, n, rng: to_batch(Samples(store, hp).draw(n, rng, twins=hp.twins)),
         validation=lambda val: to_batch(Samples(val, hp).draw(min(hp.eval_samples, val.done),
                                                               np.random.default_rng(hp.seed + 1000))),

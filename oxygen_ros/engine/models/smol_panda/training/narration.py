@@ -71,6 +71,6 @@ def train(root: Path, demo_dir: Path, out: Path, steps: int | None = None, hp: H
         return samples[store.dir]
 
     return prompt_tuning.tune(
-        root, out, learned_prompt.NARRATION, hp, H.CAPTIONS,
+        root, out, learned_prompt.NARRATION, "narration", hp, H.CAPTIONS,
         draw=lambda store, n, rng: of(store).draw(n, rng),
         validation=lambda val: of(val).batch(np.arange(val.done)), cfg=cfg)

@@ -86,15 +86,15 @@ def right_by_key(batch: Batch, right: list[bool], keys) -> dict[str, str]:
     return {k: f"{sum(r for r, kk in zip(right, batch.keys) if kk == k)}/{batch.keys.count(k)}" for k in keys}
 
 
-def tune(root: Path, out: Path, name: str, hp, sentences: dict[str, str],
+def tune(root: Path, out: Path, name: str, run_name: str, hp, sentences: dict[str, str],
          draw: Callable[[KVStore, int, np.random.Generator], Batch],
          validation: Callable[[KVStore], Batch], cfg=SMOL_PANDA) -> Path:
     """Learn block `name` (hp.rows rows, from hp.init_text's embeddings) on <root>'s stored
     prefixes with batches `draw` makes, judged every hp.eval_every steps on `validation`'s
     batch of the held-out store; write the rows into checkpoint directory `out`. Resumable
-    from <root>/<name>."""
+    from <root>/<run_name>."""
     torch.set_num_threads(hp.threads)
-    run = Run(Path(root) / name, {name: vars(hp), "cfg": cfg.name}, hp.steps)
+    run = Run(Path(root) / run_name, {run_name: vars(hp), "cfg": cfg.name}, hp.steps)
     stores = [KVStore(p) for p in train_parts(root)]
     if not stores:
         raise RuntimeError(f"no stored prefix K/V under {Path(root) / 'kv'}: run `train_panda.py kvcache` first")
@@ -138,7 +138,7 @@ def tune(root: Path, out: Path, name: str, hp, sentences: dict[str, str],
         run.progress(step, {"loss": record["loss"]}, f"right {sum(right)}/{len(right)}")
         if step % hp.checkpoint_every == 0 or step == hp.steps:
             run.save({"step": step, "rows": rows.detach().clone(), "opt": opt.state_dict()})
-            run.plot(f"{name}: the learned rows' loss (SmolLM2 frozen)")
+            run.plot(f"{run_name}: the learned rows' loss (SmolLM2 frozen)")
     path = learned_prompt.write(out, rows, name)
     print(f"wrote {name} into {path} ({hp.rows} rows, fp16)", flush=True)
     return path
