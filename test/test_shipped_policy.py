@@ -25,9 +25,11 @@ def test_the_shipped_weights_are_fp16_and_under_64_mb():
         names = list(f.keys())
         assert {n.split(".")[0] for n in names} == {"vision", "expert"}
         assert all(f.get_slice(n).get_dtype() == "F16" for n in names)
-    with safe_open(str(SHIPPED_DIR / "learned_prompt.safetensors"), "pt") as f:     # the answer prompt
-        rows = f.get_slice("learned_prompt")
-        assert rows.get_shape() == [16, 576] and rows.get_dtype() == "F16"
+    with safe_open(str(SHIPPED_DIR / "learned_prompt.safetensors"), "pt") as f:     # answer, narration
+        assert sorted(f.keys()) == ["learned_narration", "learned_prompt"]
+        for name in f.keys():
+            rows = f.get_slice(name)
+            assert rows.get_shape() == [16, 576] and rows.get_dtype() == "F16"
 
 
 @pytest.mark.ros
@@ -77,7 +79,8 @@ def test_the_shipped_policy_answers_what_it_has_done_from_its_notes():
     from oxygen_ros.tools.params_files import config_file, params_from_file
 
     model, tok = load_model("smol-panda")
-    assert model.learned_prompt.shape == (16, model.cfg.backbone.width)
+    assert {k: tuple(v.shape) for k, v in model.learned_blocks.items()} == {
+        "learned_prompt": (16, model.cfg.backbone.width), "learned_narration": (16, model.cfg.backbone.width)}
     template = params_from_file(config_file("smol_panda.yaml"))["answer_prompt"]
     with PandaWorld() as world:
         world.set_layout(ps.layout(SEED))

@@ -594,12 +594,13 @@ def test_stage2_resumed_trains_as_one_run_with_its_batches_fetched_ahead(tmp_pat
 
 def test_the_profiles_params_use_the_training_prompts():
     """config/smol_panda.yaml asks the node's questions the way the model was trained to hear
-    them: its narration and memory prompts are the captions', its answer prompt the learned
-    prompt's (with the marker where the rows were learned)."""
+    them: its narration and memory prompts are the captions' with the learned narration rows,
+    its answer prompt the learned answer prompt's (each marker where its rows were learned)."""
     from oxygen_ros.tools.params_files import config_file, params_from_file
 
     p = params_from_file(config_file("smol_panda.yaml"))
-    assert p["narration_prompt"] == p["memory_prompt"] == H.NARRATION_PROMPT
+    assert p["narration_prompt"] == p["memory_prompt"] == H.NARRATION_PROMPT_LEARNED
+    assert H.NARRATION_PROMPT_LEARNED.replace("<|learned_narration|>", "") == H.NARRATION_PROMPT
     assert p["answer_prompt"] == H.ANSWER_PROMPT and H.ANSWER_PROMPT.count("<|learned_prompt|>") == 1
 
 

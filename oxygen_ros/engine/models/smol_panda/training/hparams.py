@@ -100,7 +100,7 @@ class Answers:
     memory_size: int = 8              # config/smol_panda.yaml's memory_log_size
     run_notes: int = 8                # a place's run in a log: 1..run_notes notes (a note every 4 frames writes up to 8)
     note_noise: float = 0.05          # a note names another place (the narration is ~90% right)
-    decision_weight: float = 4.0      # the loss's weight on the tokens that tell the answers apart (answers.deciding_tokens)
+    decision_weight: float = 4.0      # the loss's weight on the tokens that tell the answers apart (prompt_tuning.deciding_tokens)
     twins: bool = True                # each batch: batch / 2 frames, each with a log and its twin (answers.TWIN)
     checkpoint_every: int = 25
     eval_every: int = 25
