@@ -86,11 +86,11 @@ def main(argv=None) -> int:
     elif args.command == "answers":
         from oxygen_ros.engine.models.smol_panda.training import answers
         answers.train(root, Path(args.out) if args.out else root / "checkpoint", args.steps,
-                      hp=with_threads(H.Answers()))
+                      hp=with_threads(H.Answers()), until=args.until)
     elif args.command == "narration":
         from oxygen_ros.engine.models.smol_panda.training import narration
         narration.train(root, demos, Path(args.out) if args.out else root / "checkpoint", args.steps,
-                        hp=with_threads(H.Narration()))
+                        hp=with_threads(H.Narration()), until=args.until)
     return 0
 
 

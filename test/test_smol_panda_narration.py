@@ -169,3 +169,55 @@ def test_the_prompt_tuning_pass_predicts_what_the_engine_decodes(tmp_path):
             hidden = model.extend(torch.tensor([prompt + targets[key][:-1]]), pool, 0, lengths[frame])
             logits = model.backbone.logits(hidden[0, len(prompt) - 1:])
         assert abs(loss.item() - F.cross_entropy(logits, torch.tensor(targets[key])).item()) < 1e-4
+
+
+def test_narration_rows_train_stopped_and_resumed_as_one_run_into_the_checkpoints_file(tmp_path):
+    """train_panda.py narration on a K/V store (random values, SmolLM2's shape): stopped at
+    step 2 (--until) and resumed, it logs the losses of an uninterrupted run step for step, and
+    writes its block into the checkpoint's learned_prompt.safetensors beside the answer's."""
+    import torch
+    from safetensors.torch import load_file
+    from test_smol_panda import _gguf_or_skip
+
+    from oxygen_ros.engine.models.smol_panda import learned_prompt
+    from oxygen_ros.engine.models.smol_panda.configuration import SMOL_PANDA
+    from oxygen_ros.engine.models.smol_panda.training.narration import train
+
+    _gguf_or_skip()
+    demos = tmp_path / "demos"
+    demos.mkdir()
+    _shard(demos / "episode_1001.npz", [0, 0, 1, 1, 2, 2])
+    _shard(demos / "episode_1020.npz", [0, 1, 2])
+    bb = SMOL_PANDA.backbone
+    shape = (2, bb.depth, bb.num_kv_heads, 12, bb.head_dim)
+
+    def store(directory, index, seed):
+        rng = np.random.default_rng(seed)
+        directory.mkdir(parents=True)
+        (rng.standard_normal((len(index), *shape)) * 0.5).astype(np.float16).tofile(directory / "kv.f16")
+        np.save(directory / "lengths.npy", np.full(len(index), 12, np.int16))
+        np.save(directory / "actions.npy", np.zeros((len(index), 10, 8), np.float32))
+        (directory / "meta.json").write_text(json.dumps({"frames": len(index), "shape": list(shape),
+                                                         "done": len(index), "frame_index": index}))
+
+    hp = H.Narration(steps=4, batch=3, rows=4, eval_every=2, checkpoint_every=10, threads=1)
+    losses = {}
+    for run in ("whole", "resumed"):
+        root = tmp_path / run
+        store(root / "kv" / "train_0", [[1001, t] for t in range(6)], seed=1)
+        store(root / "kv" / "val", [[1020, t] for t in range(3)], seed=2)
+        out = tmp_path / f"ckpt_{run}"
+        learned_prompt.write(out, torch.ones(16, bb.width))            # the answer's block, kept
+        if run == "resumed":
+            assert train(root, demos, out, hp=hp, until=2) is None
+            assert not (out / learned_prompt.FILE).exists() or set(load_file(str(out / learned_prompt.FILE))) == {
+                learned_prompt.ANSWER}
+        assert train(root, demos, out, hp=hp) == out / learned_prompt.FILE
+        log = [json.loads(line) for line in (root / "narration" / "log.jsonl").read_text().splitlines()]
+        losses[run] = [r["loss"] for r in log if r["kind"] == "step"]
+        assert [r["val_right"] for r in log if r["kind"] == "eval"][0].keys() == {"table", "gripper", "bowl"}
+        blocks = load_file(str(out / learned_prompt.FILE))
+        assert set(blocks) == {learned_prompt.ANSWER, learned_prompt.NARRATION}
+        assert blocks[learned_prompt.NARRATION].shape == (4, bb.width)
+        assert torch.equal(blocks[learned_prompt.ANSWER], torch.ones(16, bb.width, dtype=torch.float16))
+    assert len(losses["whole"]) == 4 and losses["whole"] == losses["resumed"]

@@ -113,7 +113,7 @@ def to_batch(drawn) -> Batch:
 
 
 def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None = None,
-          cfg=SMOL_PANDA) -> Path:
+          cfg=SMOL_PANDA, until: int | None = None) -> Path | None:
     """Learn the rows on <root>'s stored prefixes; write them into checkpoint directory `out`."""
     hp = replace(hp or H.Answers(), **({"steps": steps} if steps else {}))
     return prompt_tuning.tune(
@@ -121,4 +121,4 @@ def train(root: Path, out: Path, steps: int | None = None, hp: H.Answers | None 
         draw=lambda store, n, rng: to_batch(Samples(store, hp).draw(n, rng, twins=hp.twins)),
         validation=lambda val: to_batch(Samples(val, hp).draw(min(hp.eval_samples, val.done),
                                                               np.random.default_rng(hp.seed + 1000))),
-        cfg=cfg)
+        cfg=cfg, until=until)

@@ -60,7 +60,7 @@ class Samples:
 
 
 def train(root: Path, demo_dir: Path, out: Path, steps: int | None = None, hp: H.Narration | None = None,
-          cfg=SMOL_PANDA) -> Path:
+          cfg=SMOL_PANDA, until: int | None = None) -> Path | None:
     """Learn the rows on <root>'s stored prefixes; write them into checkpoint directory `out`."""
     hp = replace(hp or H.Narration(), **({"steps": steps} if steps else {}))
     samples: dict[Path, Samples] = {}
@@ -73,4 +73,4 @@ def train(root: Path, demo_dir: Path, out: Path, steps: int | None = None, hp: H
     return prompt_tuning.tune(
         root, out, learned_prompt.NARRATION, "narration", hp, H.CAPTIONS,
         draw=lambda store, n, rng: of(store).draw(n, rng),
-        validation=lambda val: of(val).batch(np.arange(val.done)), cfg=cfg)
+        validation=lambda val: of(val).batch(np.arange(val.done)), cfg=cfg, until=until)

@@ -88,11 +88,11 @@ def right_by_key(batch: Batch, right: list[bool], keys) -> dict[str, str]:
 
 def tune(root: Path, out: Path, name: str, run_name: str, hp, sentences: dict[str, str],
          draw: Callable[[KVStore, int, np.random.Generator], Batch],
-         validation: Callable[[KVStore], Batch], cfg=SMOL_PANDA) -> Path:
+         validation: Callable[[KVStore], Batch], cfg=SMOL_PANDA, until: int | None = None) -> Path | None:
     """Learn block `name` (hp.rows rows, from hp.init_text's embeddings) on <root>'s stored
     prefixes with batches `draw` makes, judged every hp.eval_every steps on `validation`'s
     batch of the held-out store; write the rows into checkpoint directory `out`. Resumable
-    from <root>/<run_name>."""
+    from <root>/<run_name>; `until` stops at that step of the schedule (nothing written)."""
     torch.set_num_threads(hp.threads)
     run = Run(Path(root) / run_name, {run_name: vars(hp), "cfg": cfg.name}, hp.steps)
     stores = [KVStore(p) for p in train_parts(root)]
@@ -110,12 +110,15 @@ def tune(root: Path, out: Path, name: str, run_name: str, hp, sentences: dict[st
         rows.data.copy_(state["rows"])
         opt.load_state_dict(state["opt"])
     model.set_learned_prompt(rows, name)        # a lone block: embed_request reads this leaf, with autograd
-    rng = np.random.default_rng([hp.seed, run.step0])
+    rng = np.random.default_rng([hp.seed, 0])
+    if state and "rng" in state:                # the draws go on where they stopped: a resumed run is one run
+        rng.bit_generator.state = state["rng"]
     val_batch = validation(val)
     print(f"{name}: {sum(s.done for s in stores)} training frames, {val.done} held out; "
           f"from step {run.step0}", flush=True)
     step = run.step0
-    while step < hp.steps:
+    stop = min(hp.steps, until) if until else hp.steps
+    while step < stop:
         t0 = time.time()
         store = stores[int(rng.integers(len(stores)))]
         for g in opt.param_groups:
@@ -136,9 +139,13 @@ def tune(root: Path, out: Path, name: str, run_name: str, hp, sentences: dict[st
             print(f"  held out: loss {v_loss.item():.4f}, {sum(v_right)}/{len(v_right)} right {by_key}", flush=True)
         run.log(record)
         run.progress(step, {"loss": record["loss"]}, f"right {sum(right)}/{len(right)}")
-        if step % hp.checkpoint_every == 0 or step == hp.steps:
-            run.save({"step": step, "rows": rows.detach().clone(), "opt": opt.state_dict()})
+        if step % hp.checkpoint_every == 0 or step in (hp.steps, stop):
+            run.save({"step": step, "rows": rows.detach().clone(), "opt": opt.state_dict(),
+                      "rng": rng.bit_generator.state})
             run.plot(f"{run_name}: the learned rows' loss (SmolLM2 frozen)")
+    if step < hp.steps:
+        print(f"{run_name}: stopped at step {step} of {hp.steps} (--until); rerun to go on", flush=True)
+        return None
     path = learned_prompt.write(out, rows, name)
     print(f"wrote {name} into {path} ({hp.rows} rows, fp16)", flush=True)
     return path
