@@ -15,6 +15,7 @@ with a marker whose block is missing is refused).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -25,11 +26,13 @@ FILE = "learned_prompt.safetensors"
 ANSWER = "learned_prompt"          # the answer's block (its name predates the narration's)
 NARRATION = "learned_narration"
 BLOCKS = (ANSWER, NARRATION)        # in id order
-MARKER = f"<|{ANSWER}|>"
 
 
 def marker(name: str) -> str:
     return f"<|{name}|>"
+
+
+_MARKERS = re.compile("|".join(re.escape(marker(n)) for n in BLOCKS))
 
 
 class LearnedPromptMissing(RequestRejected):
@@ -48,29 +51,18 @@ def layout(blocks: dict[str, torch.Tensor]) -> dict[str, range]:
 
 def splice(tok, prompt: str, vocab_size: int, rows: dict[str, range]) -> list[int]:
     """The prompt's token ids with each block's marker replaced by that block's ids."""
-    pieces: list[str | range] = [prompt]
-    for name in BLOCKS:
-        split: list[str | range] = []
-        for piece in pieces:
-            if not isinstance(piece, str) or marker(name) not in piece:
-                split.append(piece)
-                continue
-            if name not in rows:
-                raise LearnedPromptMissing(
-                    f"the prompt uses {marker(name)} but the checkpoint has no such learned prompt "
-                    f"({FILE} holds {sorted(rows) or 'none'}); remove the marker or train it (docs/training.md)")
-            for i, text in enumerate(piece.split(marker(name))):
-                if i:
-                    split.append(rows[name])
-                split.append(text)
-        pieces = split
-    ids: list[int] = []
-    for piece in pieces:
-        if isinstance(piece, range):
-            ids += [vocab_size + i for i in piece]
-        elif piece:
-            ids += tok.encode(piece)
-    return ids
+    ids, at = [], 0
+    for m in _MARKERS.finditer(prompt):
+        name = m.group()[2:-2]
+        if name not in rows:
+            raise LearnedPromptMissing(
+                f"the prompt uses {m.group()} but the checkpoint has no such learned prompt "
+                f"({FILE} holds {sorted(rows) or 'none'}); remove the marker or train it (docs/training.md)")
+        if m.start() > at:
+            ids += tok.encode(prompt[at:m.start()])
+        ids += [vocab_size + i for i in rows[name]]
+        at = m.end()
+    return ids + (tok.encode(prompt[at:]) if at < len(prompt) else [])
 
 
 def read(checkpoint_dir: Path, width: int) -> dict[str, torch.Tensor]:

@@ -1,11 +1,12 @@
 """The learned narration prompt (after stage 2; docs/training.md, "Narration rows"): 16 input
 embeddings after "Where is the cube now?" (<|learned_narration|>, learned_prompt.py) that
 help the frozen SmolLM2 read the place off the image tokens. Stage 1 taught the encoder to
-caption through SmolLM2 alone; on the policy's own episodes its narrations missed most often
-just after a grasp, a cube lifted a few centimetres called "on the table". The rows learn on
-stage 2's stored prefixes (the prefix as the node computes it, so the actions stay what they
-were), the three places equally often, each frame's caption written from the sim's ground
-truth."""
+caption through SmolLM2 alone, on the demonstrations; on the policy's own episodes its
+narrations missed most often a cube held in the gripper, lifted well off the table, called
+"on the table". The rows learn on stored prefixes of the policy's own episodes
+(panda_policy_rollout.py --record; the prefix as the node computes it, so the actions stay
+what they were), the three places equally often, each frame's caption written from the sim's
+ground truth."""
 from __future__ import annotations
 
 from dataclasses import replace
