@@ -40,11 +40,11 @@ class ShardWriter:
     def __init__(self, world):
         self.world, self.rows = world, {}
 
-    def add(self, t, images, frames, place, chunk_rest):
+    def add(self, t, images, frames, place, chunk, done):
+        """Frame t's row; `chunk` the policy's latest, `done` of its points already due."""
         from oxygen_ros.tools import cube_place
 
-        horizon = 10
-        chunk = np.concatenate([chunk_rest, np.repeat(chunk_rest[-1:], horizon - len(chunk_rest), 0)])[:horizon]
+        chunk = np.concatenate([chunk[done:], np.repeat(chunk[-1:], done, 0)])
         row = {"time_s": t, "joint_position": self.world.q, "joint_velocity": self.world.velocities(),
                "action_chunk": chunk, "grasp_contact": self.world.grasp_contact(), "phase": 0,
                "place": cube_place.PLACES.index(place),
@@ -55,21 +55,14 @@ class ShardWriter:
             self.rows.setdefault(k, []).append(np.asarray(v))
 
     def write(self, out: Path, seed: int, success: bool, size: int, checkpoint: str) -> Path:
-        from oxygen_ros.tools import cube_place, panda_scene as ps
+        from oxygen_ros.tools import scripted_expert as se
+        from oxygen_ros.tools.demo_shard import write_shard
 
         dtypes = {"time_s": np.float64, "grasp_contact": bool, "phase": np.int8, "place": np.int8,
                   "image_base": np.uint8, "image_left_wrist": np.uint8}
         arrays = {k: np.stack(v).astype(dtypes.get(k, np.float32)) for k, v in self.rows.items()}
-        meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(10.0),
-                "image_size": np.int64(size), "perturb_rad": np.float64(0.0), "start_offset_m": np.float64(0.0),
-                "perturb_phases": np.array([], dtype=str), "phase_names": np.array(["policy"]),
-                "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
-                "format_version": np.int64(1), "source": np.array("policy"), "checkpoint": np.array(str(checkpoint))}
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".episode_{seed}.tmp.npz"
-        np.savez_compressed(tmp, **arrays, **meta)
-        tmp.rename(out / f"episode_{seed}.npz")
-        return out / f"episode_{seed}.npz"
+        return write_shard(out, seed, arrays, success=success, action_rate_hz=se.ACTION_RATE_HZ, image_size=size,
+                           phase_names=["policy"], source="policy", checkpoint=str(checkpoint))
 
 
 def main(argv=None) -> int:
@@ -100,6 +93,7 @@ def main(argv=None) -> int:
     from oxygen_ros.engine.requests import LanguageRequest
     from oxygen_ros.node.chunk_plan import plan_chunk
     from oxygen_ros.tools import cube_place, panda_scene as ps, scripted_expert as se
+    from oxygen_ros.tools.demo_shard import shard_path
     from oxygen_ros.tools.panda_world import PandaWorld
     from oxygen_ros.tools.trajectory_executor import TrajectoryExecutor
 
@@ -110,7 +104,7 @@ def main(argv=None) -> int:
     dt, tick = 1.0 / se.ACTION_RATE_HZ, 1.0 / se.CONTROL_HZ
     results = []
     for seed in seed_range(args.seeds):
-        if args.record and (Path(args.record) / f"episode_{seed}.npz").exists():
+        if args.record and shard_path(Path(args.record), seed).exists():
             continue                       # recorded before: a stopped run resumes
         t0 = time.time()
         with PandaWorld() as world:
@@ -150,7 +144,7 @@ def main(argv=None) -> int:
                     c = plan_chunk(robot, t, dt, now_s=t, with_velocities=True)
                     executor.receive(world.names, c.stamp_s, c.times, c.positions, c.velocities, now=t)
                 if recording:          # after the chunk: the frame's targets are the chunk's rest
-                    shard.add(t, images, f, place, robot[step % args.replan:])
+                    shard.add(t, images, f, place, robot, step % args.replan)
                 for k in range(int(round(dt / tick))):
                     world.command(executor.sample(t + (k + 1) * tick)[0])
                     world.step(tick)

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
 HELD_OUT_FROM = 900000        # the evaluation contract: these seeds never go into training data
 VIEWS = ("base", "left_wrist", "right_wrist")     # the node's camera slots, in order
 
@@ -113,12 +112,12 @@ def main() -> int:
         print(f"record_demos: seeds from {HELD_OUT_FROM} up are held out for evaluation", file=sys.stderr)
         return 2
 
-    from oxygen_ros.tools import cube_place, panda_scene as ps
+    from oxygen_ros.tools.demo_shard import shard_path, write_shard
     from oxygen_ros.tools.panda_world import PandaWorld
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in args.seeds if not (out / f"episode_{s}.npz").exists()]
+    todo = [s for s in args.seeds if not shard_path(out, s).exists()]
     print(f"record_demos: {len(todo)} of {len(args.seeds)} seeds to record into {out} "
           f"({args.image_size}x{args.image_size}, {se.ACTION_RATE_HZ:g} Hz)", flush=True)
     start, done, failed = time.monotonic(), 0, 0
@@ -133,15 +132,9 @@ def main() -> int:
             if not args.keep_failures:
                 print(f"seed {seed}: the expert failed; not written", flush=True)
                 continue
-        meta = {"seed": np.int64(seed), "success": np.bool_(success), "action_rate_hz": np.float64(se.ACTION_RATE_HZ),
-                "image_size": np.int64(args.image_size), "perturb_rad": np.float64(args.perturb),
-                "start_offset_m": np.float64(args.start_offset),
-                "perturb_phases": np.array(args.perturb_phases, dtype=str), "phase_names": np.array(se.PHASE_NAMES),
-                "place_names": np.array(cube_place.PLACES), "joint_names": np.array(ps.JOINT_NAMES),
-                "format_version": np.int64(FORMAT_VERSION)}
-        tmp = out / f".episode_{seed}.tmp.npz"
-        np.savez_compressed(tmp, **arrays, **meta)
-        tmp.rename(out / f"episode_{seed}.npz")      # whole shards only: a stopped run leaves none half-written
+        write_shard(out, seed, arrays, success=success, action_rate_hz=se.ACTION_RATE_HZ, image_size=args.image_size,
+                    phase_names=se.PHASE_NAMES, perturb_rad=args.perturb, perturb_phases=args.perturb_phases,
+                    start_offset_m=args.start_offset)
         elapsed = time.monotonic() - start
         size_mb = sum(f.stat().st_size for f in out.glob("episode_*.npz")) / 1e6
         print(f"seed {seed}: {len(arrays['time_s'])} frames, success {success}, {time.monotonic() - t0:.1f} s; "

@@ -27,13 +27,14 @@ def _shard(path: Path, places, source: str | None = None, success: bool = True):
              phase_names=np.array(["policy"]), perturb_rad=0.0, **extra)
 
 
-def _store(directory: Path, frame_index, policy_frames: int = 0):
+def _store(directory: Path, frame_index, policy_frames: int = 0, shape=(2, 1, 1, 4, 2), seed: int = 0):
+    """A K/V store in kvcache's layout: random values of `shape` per frame, every position valid."""
     from oxygen_ros.engine.models.smol_panda.training.kv_cache import KVStore
 
-    n, shape = len(frame_index), (2, 1, 1, 4, 2)
+    n = len(frame_index)
     directory.mkdir(parents=True)
-    np.zeros((n, *shape), np.float16).tofile(directory / "kv.f16")
-    np.save(directory / "lengths.npy", np.full(n, 4, np.int16))
+    (np.random.default_rng(seed).standard_normal((n, *shape)) * 0.5).astype(np.float16).tofile(directory / "kv.f16")
+    np.save(directory / "lengths.npy", np.full(n, shape[3], np.int16))
     np.save(directory / "actions.npy", np.zeros((n, 10, 8), np.float32))
     (directory / "meta.json").write_text(json.dumps({"frames": n, "shape": list(shape), "done": n,
                                                      "frame_index": frame_index, "policy_frames": policy_frames}))
@@ -191,21 +192,12 @@ def test_narration_rows_train_stopped_and_resumed_as_one_run_into_the_checkpoint
     bb = SMOL_PANDA.backbone
     shape = (2, bb.depth, bb.num_kv_heads, 12, bb.head_dim)
 
-    def store(directory, index, seed):
-        rng = np.random.default_rng(seed)
-        directory.mkdir(parents=True)
-        (rng.standard_normal((len(index), *shape)) * 0.5).astype(np.float16).tofile(directory / "kv.f16")
-        np.save(directory / "lengths.npy", np.full(len(index), 12, np.int16))
-        np.save(directory / "actions.npy", np.zeros((len(index), 10, 8), np.float32))
-        (directory / "meta.json").write_text(json.dumps({"frames": len(index), "shape": list(shape),
-                                                         "done": len(index), "frame_index": index}))
-
     hp = H.Narration(steps=4, batch=3, rows=4, eval_every=2, checkpoint_every=10, threads=1)
     losses = {}
     for run in ("whole", "resumed"):
         root = tmp_path / run
-        store(root / "kv" / "train_0", [[1001, t] for t in range(6)], seed=1)
-        store(root / "kv" / "val", [[1020, t] for t in range(3)], seed=2)
+        _store(root / "kv" / "train_0", [[1001, t] for t in range(6)], shape=shape, seed=1)
+        _store(root / "kv" / "val", [[1020, t] for t in range(3)], shape=shape, seed=2)
         out = tmp_path / f"ckpt_{run}"
         learned_prompt.write(out, torch.ones(16, bb.width))            # the answer's block, kept
         if run == "resumed":

@@ -6,13 +6,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 INSTRUCTION = "pick up the red cube and put it in the bowl"
-# appended after the observation prefix (its "<|im_start|>Task: ...;\nAction: " turn), as the
-# node appends config/smol_panda.yaml's narration_prompt
+# stage 1's caption prompt, appended after the observation prefix (its "<|im_start|>Task: ...;
+# \nAction: " turn) as the node appends config/smol_panda.yaml's narration_prompt
 NARRATION_PROMPT = "<|im_end|>\n<|im_start|>user\nWhere is the cube now?<|im_end|>\n<|im_start|>assistant\n"
 # the node's narration and memory prompt (config/smol_panda.yaml): the same question, with the
 # learned narration rows (training/narration.py) after it
-NARRATION_PROMPT_LEARNED = ("<|im_end|>\n<|im_start|>user\nWhere is the cube now?<|learned_narration|><|im_end|>\n"
-                            "<|im_start|>assistant\n")
+NARRATION_PROMPT_LEARNED = NARRATION_PROMPT.replace("now?", "now?<|learned_narration|>")
 CAPTIONS = {"table": "The cube is on the table.", "gripper": "The cube is in the gripper.",
             "bowl": "The cube is in the bowl."}
 PLACES = ("table", "gripper", "bowl")          # the demos' place_names order
