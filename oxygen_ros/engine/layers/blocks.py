@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import native
 from .mrope import frequency_axes, interleaved_tables
 
 
@@ -334,6 +335,13 @@ class Rope:
         return self.cos[positions].unsqueeze(2).to(dtype), self.sin[positions].unsqueeze(2).to(dtype)
 
 
+def native_decode_attention(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether decode attention runs natively: float32 on CPU, rows of keys contiguous,
+    the library loaded."""
+    return (q.device.type == "cpu" and q.dtype == torch.float32 and k.dtype == torch.float32
+            and k.stride(-1) == 1 and k.stride(-2) == k.shape[-1] and native.available())
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     swapped = torch.cat([x[..., half:], x[..., :half]], dim=-1)
@@ -341,18 +349,23 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      mask: torch.Tensor | None) -> torch.Tensor:
+                      mask: torch.Tensor | None, visible: torch.Tensor | None = None) -> torch.Tensor:
     """Attention for GQA/MQA without repeating the shared KV heads.
 
     q [B, H, T, d]; k, v [B, Hkv, L, d] (may be strided views into the KV pool);
     mask [B, 1, T, L] boolean (True = visible) or additive float, or None. Query heads
     that share a KV head are folded into the query length, so K/V are read once per KV
-    head.
+    head. visible [B] (decode, T = 1): row b sees keys [0, visible[b]), which is what
+    `mask` says; on CPU in float32 the native kernel reads only those
+    (engine/native/attention.cpp).
     """
     b, h, t, d = q.shape
     hkv = k.shape[1]
     g = h // hkv
     qg = q.reshape(b, hkv, g * t, d)
+    if visible is not None and t == 1 and native_decode_attention(qg, k):
+        out = torch.ops.oxygen_native.decode_attention(qg, k, v, visible, 1.0 / math.sqrt(d))
+        return out.reshape(b, h, t, d)
     if mask is not None and g > 1 and t > 1:   # one query per row (decode) broadcasts as is
         mask = mask.unsqueeze(2).expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
     if t == 1 and q.device.type == "cpu" and mask is not None and mask.is_floating_point():

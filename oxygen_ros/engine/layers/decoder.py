@@ -42,7 +42,7 @@ class Attention(nn.Module):
         qk = apply_rope(qk, *rope)
         q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
         keys, values = cache.write_and_read(k, v)
-        out = grouped_attention(q, keys, values, mask)
+        out = grouped_attention(q, keys, values, mask, cache.visible())
         return self._o.matmul(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -73,6 +73,12 @@ class CacheView:
             kl[rows, :, self.write_at] = k[:, :, 0]
             vl[rows, :, self.write_at] = v[:, :, 0]
         return kl[s, :, : self.read_len], vl[s, :, : self.read_len]
+
+    def visible(self) -> torch.Tensor | None:
+        """Decode (one token per row at write_at[i]): how many of the read_len keys row i
+        sees, [B], as the decode mask says (a padding row of a bucketed step may sit past
+        read_len: it sees them all). None for a pass at one position."""
+        return None if isinstance(self.write_at, int) else (self.write_at + 1).clamp_(max=self.read_len)
 
 
 class DecoderLayer(nn.Module):

@@ -33,8 +33,9 @@ from ..rtc import RTCGuide, guidance_weight
 
 
 class PrefixCacheView:
-    """CacheView's interface (write_and_read) over one layer: the prefix K/V [0, prefix_len)
-    of `slot`, detached, with the action tokens' K/V appended locally instead of written."""
+    """CacheView's interface (write_and_read, visible) over one layer: the prefix K/V
+    [0, prefix_len) of `slot`, detached, with the action tokens' K/V appended locally
+    instead of written."""
 
     def __init__(self, k_layer: torch.Tensor, v_layer: torch.Tensor, slot: int, prefix_len: int):
         self.k = k_layer[slot:slot + 1, :, :prefix_len].detach()
@@ -42,6 +43,9 @@ class PrefixCacheView:
 
     def write_and_read(self, k: torch.Tensor, v: torch.Tensor):
         return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+
+    def visible(self) -> None:      # the chunk's tokens attend under their mask, not by count
+        return None
 
 
 def check_guide(guide: RTCGuide, noise: torch.Tensor, head_cfg) -> None:
