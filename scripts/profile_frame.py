@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where an oxygen frame's milliseconds go, op by op (torch.profiler, CPU).
 
-    .venv/bin/python scripts/profile_frame.py --model smol [--frames 5] [--fused on|off]
+    .venv/bin/python scripts/profile_frame.py --model smol [--frames 5] [--fused on|off] [--phase decode]
 
 Runs an OxyGen engine to its steady batch (the bench's warm-up), then profiles
 `--frames` frames and prints, per frame, each ATen op's self time (the time spent in
@@ -10,16 +10,50 @@ the op itself, children excluded) with its call count, grouped as the matrix pro
 same ATen ops, so they show up here too.
 """
 import argparse
+import contextlib
 import sys
 from collections import defaultdict
 
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from oxygen_ros.engine.bench import runner as R
+from oxygen_ros.engine.frame import PHASES, PhaseTimer
 from oxygen_ros.engine.registry import load_model
 
 # The linear-layer products: oneDNN-blocked, MKL and plain matmuls of packed weights.
 PRODUCTS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear")
+
+
+TAG = "phase:"
+
+
+@contextlib.contextmanager
+def tagged_phases():
+    """Each PhaseTimer phase runs inside record_function("phase:<name>") while profiling."""
+    enter, exit_ = PhaseTimer.__enter__, PhaseTimer.__exit__
+
+    def tagged_enter(self):
+        self._tag = record_function(TAG + self._phase)
+        self._tag.__enter__()
+        return enter(self)
+
+    def tagged_exit(self, *exc):
+        self._tag.__exit__(*exc)
+        return exit_(self, *exc)
+
+    PhaseTimer.__enter__, PhaseTimer.__exit__ = tagged_enter, tagged_exit
+    try:
+        yield
+    finally:
+        PhaseTimer.__enter__, PhaseTimer.__exit__ = enter, exit_
+
+
+def phase_of(event) -> str | None:
+    while event is not None:
+        if event.name.startswith(TAG):
+            return event.name[len(TAG):]
+        event = event.cpu_parent
+    return None
 
 
 def main() -> int:
@@ -31,6 +65,7 @@ def main() -> int:
     ap.add_argument("--steps-per-frame", type=int, default=1)
     ap.add_argument("--fused", choices=("on", "off"), default="on")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--phase", choices=PHASES, help="only the ops of this phase (vision, prefill, ...)")
     a = ap.parse_args()
     model, tok = load_model(a.model)
     s = R.BenchSettings(workload=a.workload, modes=("oxygen",), tokens=a.tokens,
@@ -39,18 +74,20 @@ def main() -> int:
     frames, noises = R.bench_inputs(model, s, n)
     run = R.ModeRun("oxygen", model, tok, s, frames, noises)
     run.warm_up()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU]) as prof, tagged_phases():
         run.run_round(a.frames)
     run.finish()
     wall = sum(t["total"] for t in run.timings) / a.frames
     ops = defaultdict(lambda: [0.0, 0])
-    for ev in prof.key_averages():
-        ops[ev.key][0] += ev.self_cpu_time_total / 1e3 / a.frames
-        ops[ev.key][1] += ev.count / a.frames
+    for ev in prof.events():
+        if ev.name.startswith(TAG) or (a.phase and phase_of(ev) != a.phase):
+            continue
+        ops[ev.name][0] += ev.self_cpu_time_total / 1e3 / a.frames
+        ops[ev.name][1] += 1 / a.frames
     total = sum(ms for ms, _ in ops.values())
     products = sum(ops[k][0] for k in PRODUCTS if k in ops)
     print(f"{a.model}, {a.workload}, {a.tokens} tokens, k={a.steps_per_frame}, fused {a.fused}: "
-          f"frame {wall:.1f} ms profiled (the profiler adds its own cost), {total:.1f} ms of op self time")
+          f"{'phase ' + a.phase + ', ' if a.phase else ''}frame {wall:.1f} ms profiled (the profiler adds its own cost), {total:.1f} ms of op self time")
     print(f"  matrix products {products:.1f} ms, everything else {total - products:.1f} ms")
     print(f"  {'op':<44}{'ms/frame':>10}{'calls/frame':>13}{'us/call':>9}")
     for key, (ms, calls) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:a.top]:
