@@ -29,7 +29,7 @@ class RMSNorm(nn.Module):
         # rounding back, as the references do
         if x.dtype == torch.float32:
             weight = self.weight.float() if self.offset == 0.0 else self.weight.float() + self.offset
-            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+            return rms_normalize(x, weight, None, self.eps)
         y = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
         return (y * (self.offset + self.weight.float())).to(x.dtype)
 
@@ -45,12 +45,24 @@ class AdaRMSNorm(nn.Module):
         nn.init.zeros_(self.dense.bias)
 
 
+def rms_normalize(x: torch.Tensor, scale: torch.Tensor | None, shift: torch.Tensor | None,
+                  eps: float) -> torch.Tensor:
+    """`rmsnorm(x) * scale + shift` (each term optional) over float32 x. On CPU, without
+    autograd, one native pass per row (engine/native/norms.cpp, which the fused expert
+    calls too); else ATen's rms_norm and addcmul."""
+    if (x.device.type == "cpu" and not (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, scale, shift))) and native.available()):
+        return torch.ops.oxygen_native.rms_norm(x, scale, shift, eps)
+    if shift is None:
+        return F.rms_norm(x, (x.shape[-1],), scale, eps)
+    return torch.addcmul(shift, F.rms_norm(x, (x.shape[-1],), None, eps), scale)
+
+
 def ada_rms_normalize(x: torch.Tensor, one_plus_scale: torch.Tensor, shift: torch.Tensor,
                       eps: float) -> torch.Tensor:
     """`rmsnorm(x) * (1 + scale) + shift`, all in float32 and rounded to x's dtype once
     (as openpi/LeRobot do). The float32 terms come precomputed for every denoise step."""
-    y = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
-    return torch.addcmul(shift, y, one_plus_scale).to(x.dtype)
+    return rms_normalize(x.float(), one_plus_scale, shift, eps).to(x.dtype)
 
 
 def norm_terms(scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,9 @@
 `expert.cpp` runs the action expert's whole sampling (every denoise step and layer) in one
 call, with the same ATen/oneDNN kernels as the eager path in the same order, so its
 outputs are bitwise those of the eager path. `attention.cpp` is the batched decode step's
-single-query attention (`decode_attention`), which every decode path uses where the
-library is loaded. The library is built once per torch version and source into
+single-query attention (`decode_attention`) and `norms.cpp` a one-pass RMSNorm
+(`rms_norm`, also what expert.cpp calls); the eager paths use both where the library is
+loaded. The library is built once per torch version and source into
 `$OXYGEN_CACHE_DIR/native/` (`make setup` does it) and loaded from there.
 
 `available()` is False, and the eager path runs, when OXYGEN_FUSED=0, when no C++
@@ -23,7 +24,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(name) for name in ("expert.cpp", "attention.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("expert.cpp", "attention.cpp", "norms.cpp", "norms.h")]
 _state: dict = {}
 
 
@@ -53,7 +54,7 @@ def _build() -> str | None:
     build = cache_dir()
     build.mkdir(parents=True, exist_ok=True)
     try:
-        cpp_extension.load("oxygen_native", [str(p) for p in SOURCES], extra_cflags=["-O2", "-fopenmp"],
+        cpp_extension.load("oxygen_native", [str(p) for p in SOURCES if p.suffix == ".cpp"], extra_cflags=["-O2", "-fopenmp"],
                            extra_ldflags=["-fopenmp"], build_directory=str(build), is_python_module=False, verbose=False)
     except Exception as exc:   # a broken toolchain: keep the eager path
         return f"build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''})"

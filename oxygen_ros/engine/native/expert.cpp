@@ -6,6 +6,8 @@
 #include <torch/library.h>
 
 #include <cmath>
+
+#include "norms.h"
 #include <vector>
 
 namespace {
@@ -35,8 +37,7 @@ Tensor packed(const Tensor& x, const Tensor& matrix, const Tensor& blocked) {
 
 // ada_rms_normalize: rmsnorm(x) * (1 + scale) + shift in float32, rounded to x's dtype.
 Tensor ada_norm(const Tensor& x, const Tensor& one_plus_scale, const Tensor& shift, double eps) {
-  auto y = at::rms_norm(x.to(at::kFloat), {x.size(-1)}, std::nullopt, eps);
-  return at::addcmul(shift, y, one_plus_scale).to(x.scalar_type());
+  return oxygen_native::rms_norm(x.to(at::kFloat), one_plus_scale, shift, eps).to(x.scalar_type());
 }
 
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
