@@ -1,5 +1,6 @@
-"""The native decode attention (engine/native/attention.cpp): the masked softmax's values,
-each row independent of the batch bitwise, and the decode step's path where it is built."""
+"""The native attention (engine/native/attention.cpp): the masked softmax's values, each
+row and query independent of the others bitwise, and the paths that take it where it is
+built (the decode step's; the action expert's chunk)."""
 import math
 
 import pytest
@@ -36,7 +37,7 @@ def test_decode_attention_equals_the_masked_softmax(group, d):
     k, v, gen = pool_views(5, 2, 97, d, seed=group * d)
     q = torch.randn(5, 2, group, d, generator=gen)
     visible = torch.tensor([1, 97, 4, 50, 33])
-    out = torch.ops.oxygen_native.decode_attention(q, k, v, visible, 1 / math.sqrt(d))
+    out = torch.ops.oxygen_native.attention(q, k, v, visible, 1 / math.sqrt(d))
     torch.testing.assert_close(out, masked_reference(q, k, v, visible), rtol=1e-5, atol=2e-6)
 
 
@@ -45,10 +46,23 @@ def test_a_row_gets_bitwise_the_same_alone_as_in_a_batch():
     k, v, gen = pool_views(6, 3, 64, 64, seed=1)
     q = torch.randn(6, 3, 3, 64, generator=gen)
     visible = torch.tensor([64, 7, 30, 1, 61, 12])
-    batch = torch.ops.oxygen_native.decode_attention(q, k, v, visible, 0.125)
+    batch = torch.ops.oxygen_native.attention(q, k, v, visible, 0.125)
     for r in range(6):
-        alone = torch.ops.oxygen_native.decode_attention(q[r:r + 1], k[r:r + 1], v[r:r + 1], visible[r:r + 1], 0.125)
+        alone = torch.ops.oxygen_native.attention(q[r:r + 1], k[r:r + 1], v[r:r + 1], visible[r:r + 1], 0.125)
         assert torch.equal(alone[0], batch[r])
+
+
+@needs_native
+@pytest.mark.parametrize("d", [64, 40])
+def test_many_queries_over_all_keys_equal_sdpa_and_each_query_stands_alone(d):
+    # the action expert's shape: 10 tokens x 3 query heads per KV head over prefix + chunk
+    k, v, gen = pool_views(2, 3, 186, d, seed=d)
+    q = torch.randn(2, 3, 30, d, generator=gen)
+    out = torch.ops.oxygen_native.attention(q, k, v, torch.tensor([186, 186]), 1 / math.sqrt(d))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=2e-6)
+    first = torch.ops.oxygen_native.attention(q[:, :, :4], k, v, torch.tensor([186, 186]), 1 / math.sqrt(d))
+    assert torch.equal(first, out[:, :, :4])
 
 
 @needs_native
@@ -56,10 +70,10 @@ def test_keys_past_a_rows_count_are_never_read():
     k, v, gen = pool_views(2, 1, 20, 64, seed=2)
     q = torch.randn(2, 1, 3, 64, generator=gen)
     visible = torch.tensor([5, 20])
-    before = torch.ops.oxygen_native.decode_attention(q, k, v, visible, 0.125)
+    before = torch.ops.oxygen_native.attention(q, k, v, visible, 0.125)
     k[0, :, 5:] = float("nan")
     v[0, :, 5:] = float("nan")
-    assert torch.equal(torch.ops.oxygen_native.decode_attention(q, k, v, visible, 0.125), before)
+    assert torch.equal(torch.ops.oxygen_native.attention(q, k, v, visible, 0.125), before)
 
 
 @needs_native
@@ -68,7 +82,7 @@ def test_a_count_outside_the_keys_is_refused(visible):
     k, v, gen = pool_views(2, 1, 20, 64, seed=3)
     q = torch.randn(2, 1, 3, 64, generator=gen)
     with pytest.raises(RuntimeError, match="sees"):
-        torch.ops.oxygen_native.decode_attention(q, k, v, torch.tensor(visible), 0.125)
+        torch.ops.oxygen_native.attention(q, k, v, torch.tensor(visible), 0.125)
 
 
 @needs_native
@@ -86,11 +100,24 @@ def test_grouped_attention_decodes_natively_and_agrees_with_its_mask():
 
 
 @needs_native
+def test_grouped_attention_without_a_mask_runs_natively_and_autograd_keeps_sdpa():
+    k, v, gen = pool_views(1, 2, 40, 64, seed=6)
+    q = torch.randn(1, 6, 10, 64, generator=gen)
+    native_out = grouped_attention(q, k, v, None)
+    flash = torch.nn.functional.scaled_dot_product_attention(q.reshape(1, 2, 30, 64), k, v).reshape(1, 6, 10, 64)
+    assert not torch.equal(native_out, flash)
+    torch.testing.assert_close(native_out, flash, rtol=1e-5, atol=2e-6)
+    leaf = q.clone().requires_grad_()
+    grouped_attention(leaf, k, v, None).sum().backward()       # sdpa, which has a backward
+    assert leaf.grad is not None
+
+
+@needs_native
 def test_the_decode_step_runs_the_native_kernel(monkeypatch):
     model, _ = tiny()
     calls = []
-    kernel = torch.ops.oxygen_native.decode_attention
-    monkeypatch.setattr(torch.ops.oxygen_native, "decode_attention",
+    kernel = torch.ops.oxygen_native.attention
+    monkeypatch.setattr(torch.ops.oxygen_native, "attention",
                         lambda *a: calls.append(a[3].tolist()) or kernel(*a), raising=False)
     pool = model.new_pool(3, 32)
     gen = torch.Generator().manual_seed(5)

@@ -45,13 +45,26 @@ class AdaRMSNorm(nn.Module):
         nn.init.zeros_(self.dense.bias)
 
 
+def native_inference(*tensors: torch.Tensor | None) -> bool:
+    """Whether the native kernels (engine/native) take this work: float32 on CPU with no
+    gradient to track, the library loaded. The fused expert calls the same kernels, so
+    both paths compute alike; with autograd (RTC's guidance, training) ATen's run."""
+    present = [t for t in tensors if t is not None]
+    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in present)
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in present))
+            and native.available())
+
+
+# the gated MLP activations engine/native/activations.cpp computes
+NATIVE_ACTIVATIONS = ("gelu_tanh", "silu")
+
+
 def rms_normalize(x: torch.Tensor, scale: torch.Tensor | None, shift: torch.Tensor | None,
                   eps: float) -> torch.Tensor:
-    """`rmsnorm(x) * scale + shift` (each term optional) over float32 x. On CPU, without
-    autograd, one native pass per row (engine/native/norms.cpp, which the fused expert
-    calls too); else ATen's rms_norm and addcmul."""
-    if (x.device.type == "cpu" and not (torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, scale, shift))) and native.available()):
+    """`rmsnorm(x) * scale + shift` (each term optional) over float32 x: one native pass
+    per row (engine/native/norms.cpp) where native_inference allows, else ATen's rms_norm
+    and addcmul."""
+    if native_inference(x, scale, shift):
         return torch.ops.oxygen_native.rms_norm(x, scale, shift, eps)
     if shift is None:
         return F.rms_norm(x, (x.shape[-1],), scale, eps)
@@ -308,7 +321,10 @@ class GatedMLP(nn.Module):
         self._gate_up, self._down = Packed(self.gate_proj, self.up_proj), Packed(self.down_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self._gate_up.apply(x)
+        gate_up = self._gate_up.matmul(x)
+        if native_inference(gate_up) and self.act_name in NATIVE_ACTIVATIONS:
+            return self._down.matmul(torch.ops.oxygen_native.gated_activation(gate_up, self.act_name))
+        gate, up = gate_up.split(self._gate_up.sizes, dim=-1)
         return self._down.matmul(self.act(gate) * up)
 
 
@@ -347,11 +363,11 @@ class Rope:
         return self.cos[positions].unsqueeze(2).to(dtype), self.sin[positions].unsqueeze(2).to(dtype)
 
 
-def native_decode_attention(q: torch.Tensor, k: torch.Tensor) -> bool:
-    """Whether decode attention runs natively: float32 on CPU, rows of keys contiguous,
-    the library loaded."""
-    return (q.device.type == "cpu" and q.dtype == torch.float32 and k.dtype == torch.float32
-            and k.stride(-1) == 1 and k.stride(-2) == k.shape[-1] and native.available())
+def native_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether attention runs natively: native_inference, and each row's keys and values
+    contiguous [L, d] (as in the KV pool)."""
+    return (all(t.stride(-1) == 1 and t.stride(-2) == t.shape[-1] for t in (k, v))
+            and native_inference(q, k, v))
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
@@ -368,15 +384,17 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     mask [B, 1, T, L] boolean (True = visible) or additive float, or None. Query heads
     that share a KV head are folded into the query length, so K/V are read once per KV
     head. visible [B] (decode, T = 1): row b sees keys [0, visible[b]), which is what
-    `mask` says; on CPU in float32 the native kernel reads only those
-    (engine/native/attention.cpp).
+    `mask` says. Where every query sees its row's first `visible` keys (decode, or no
+    mask), CPU inference in float32 runs the native kernel (engine/native/attention.cpp).
     """
     b, h, t, d = q.shape
     hkv = k.shape[1]
     g = h // hkv
     qg = q.reshape(b, hkv, g * t, d)
-    if visible is not None and t == 1 and native_decode_attention(qg, k):
-        out = torch.ops.oxygen_native.decode_attention(qg, k, v, visible, 1.0 / math.sqrt(d))
+    if (mask is None or (visible is not None and t == 1)) and native_attention(qg, k, v):
+        if visible is None:
+            visible = torch.full((b,), k.shape[2], dtype=torch.long)
+        out = torch.ops.oxygen_native.attention(qg, k, v, visible, 1.0 / math.sqrt(d))
         return out.reshape(b, h, t, d)
     if mask is not None and g > 1 and t > 1:   # one query per row (decode) broadcasts as is
         mask = mask.unsqueeze(2).expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)

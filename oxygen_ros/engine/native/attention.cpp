@@ -1,18 +1,24 @@
-// Single-query (decode) attention over each row's own visible keys, for the batched
-// decode step on CPU. A batched matmul spends most of its time on per-matrix overhead at
-// these shapes (3 queries x 64 dims per KV head); this streams each row's K and V once,
-// at about the memory bandwidth, on every intra-op thread.
+// Attention of a few queries over each row's own visible keys, on CPU: the batched decode
+// step (one token per row, the query heads of each KV head) and the action expert's
+// chunk (its tokens over the prefix and themselves). At these shapes (3-30 queries x 64
+// dims per KV head) a batched matmul spends most of its time on per-matrix overhead and
+// the flash kernel on its tiling; this streams each row's K and V once, at about the
+// memory bandwidth, on every intra-op thread.
 //
-// Every (row, KV head) is computed by the same code in the same order whatever the batch
-// holds, so a request decoded among others gets bitwise what it gets alone (the engine's
-// exactness between OxyGen and isolated runs rests on that).
-#include <ATen/ATen.h>
+// Every query is computed by the same code in the same order whatever else the call
+// holds (other rows, other queries), so a request decoded among others gets bitwise what
+// it gets alone (the engine's exactness between OxyGen and isolated runs rests on that).
+#include "attention.h"
+
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "fast_math.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -23,24 +29,8 @@ namespace {
 
 using at::Tensor;
 
-// e^x for x <= 0 (softmax after subtracting the row's max): 2^n * p(r) with a degree-6
-// polynomial on r in [-ln2/2, ln2/2], about 2 ulp; plain arithmetic, so its loop vectorises.
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   // round(x / ln 2)
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;             // x - n ln 2, two parts
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return p * two_n;
-}
+// queries per work item: on AVX-512 their 4 x 16-column accumulators (24) stay in registers
+constexpr int64_t kBlock = 6;
 
 // scores [g, n] <- softmax over each row (inlined into each path, vectorised for its target)
 inline __attribute__((always_inline)) void softmax_rows(float* scores, int64_t n, int64_t g) {
@@ -51,7 +41,7 @@ inline __attribute__((always_inline)) void softmax_rows(float* scores, int64_t n
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; ++j) {
-      s[j] = exp_nonpositive(s[j] - m);
+      s[j] = oxygen_native::exp_nonpositive(s[j] - m);
       sum += s[j];
     }
     const float inv = 1.0f / sum;
@@ -81,8 +71,6 @@ void attend_generic(const float* q, const float* k, const float* v, int64_t n, i
 }
 
 #ifdef OXYGEN_X86
-constexpr int64_t kMaxGroup = 8;
-
 // the lane sums of a0..a3, as one 4-float vector
 __attribute__((target("avx512f"))) inline __m128 sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
   const __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
@@ -95,7 +83,7 @@ __attribute__((target("avx512f"))) inline __m128 sum_lanes4(__m512 a0, __m512 a1
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// d a multiple of 16, g <= kMaxGroup. Keys four at a time (a short last group repeats its
+// d a multiple of 16, g <= kBlock. Keys four at a time (a short last group repeats its
 // last key and drops the copies, so every key's sum has the same order); then the
 // values, 64 columns at a time, with the g x 4 accumulators in registers.
 __attribute__((target("avx512f"))) void attend_avx512(const float* q, const float* k, const float* v, int64_t n,
@@ -126,7 +114,7 @@ __attribute__((target("avx512f"))) void attend_avx512(const float* q, const floa
   constexpr int64_t C = 4;
   for (int64_t c0 = 0; c0 < chunks; c0 += C) {
     const int64_t cs = chunks - c0 < C ? chunks - c0 : C;
-    __m512 acc[kMaxGroup][C];
+    __m512 acc[kBlock][C];
     for (int64_t i = 0; i < g; ++i)
       for (int64_t c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
@@ -142,67 +130,76 @@ __attribute__((target("avx512f"))) void attend_avx512(const float* q, const floa
 }
 #endif
 
-bool use_avx512(int64_t g, int64_t d) {
+bool use_avx512(int64_t d) {
 #ifdef OXYGEN_X86
   static const bool has = __builtin_cpu_supports("avx512f");
-  return has && d % 16 == 0 && g <= kMaxGroup;
+  return has && d % 16 == 0;
 #else
-  (void)g, (void)d;
+  (void)d;
   return false;
 #endif
 }
 
-// q [B, Hkv, G, d]: the G query heads sharing each KV head; k, v [B, Hkv, L, d], any
-// strides over B and Hkv, rows of d contiguous (views into the KV pool); visible [B]:
-// row b attends over keys [0, visible[b]). Returns [B, Hkv, G, d].
-Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& visible, double scale) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "decode_attention: q, k, v must be 4-d");
+}  // namespace
+
+namespace oxygen_native {
+
+// q [B, Hkv, Q, d]: the Q queries (query heads x tokens) sharing each KV head; k, v
+// [B, Hkv, L, d], any strides over B and Hkv, rows of d contiguous (views into the KV
+// pool); visible [B]: row b's queries attend over keys [0, visible[b]). -> [B, Hkv, Q, d].
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& visible, double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: q, k, v must be 4-d");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "decode_attention: float32 only");
-  TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), "decode_attention: CPU only");
-  const int64_t b = q.size(0), hkv = q.size(1), g = q.size(2), d = q.size(3), len = k.size(2);
+              "attention: float32 only");
+  TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), "attention: CPU only");
+  const int64_t b = q.size(0), hkv = q.size(1), nq = q.size(2), d = q.size(3), len = k.size(2);
   TORCH_CHECK(k.size(0) == b && v.size(0) == b && k.size(1) == hkv && v.size(1) == hkv && v.size(2) == len &&
                   k.size(3) == d && v.size(3) == d,
-              "decode_attention: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(), " do not match");
+              "attention: q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(), " do not match");
   TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1 && k.stride(2) == d && v.stride(2) == d,
-              "decode_attention: each row's keys and values must be contiguous [L, d]");
-  TORCH_CHECK(visible.dim() == 1 && visible.size(0) == b, "decode_attention: visible must be [B]");
+              "attention: each row's keys and values must be contiguous [L, d]");
+  TORCH_CHECK(visible.dim() == 1 && visible.size(0) == b, "attention: visible must be [B]");
   const auto counts = visible.to(at::kLong).contiguous();
   const int64_t* n = counts.data_ptr<int64_t>();
   for (int64_t r = 0; r < b; ++r)
-    TORCH_CHECK(n[r] >= 1 && n[r] <= len, "decode_attention: row ", r, " sees ", n[r], " keys of ", len);
+    TORCH_CHECK(n[r] >= 1 && n[r] <= len, "attention: row ", r, " sees ", n[r], " keys of ", len);
   const auto qc = q.contiguous();
-  auto out = at::empty({b, hkv, g, d}, q.options());
+  auto out = at::empty({b, hkv, nq, d}, q.options());
   const float* qp = qc.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const bool fast = use_avx512(g, d);
+  const bool fast = use_avx512(d);
   const auto s = static_cast<float>(scale);
-  at::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(g * len);
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t r = u / hkv, h = u % hkv;
+  const int64_t blocks = (nq + kBlock - 1) / kBlock;
+  // work items: (row, KV head, block of queries)
+  at::parallel_for(0, b * hkv * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(kBlock * len);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t u = item / blocks, first = (item % blocks) * kBlock, r = u / hkv, h = u % hkv;
+      const int64_t count = std::min(kBlock, nq - first);
       const float* ku = kp + r * k.stride(0) + h * k.stride(1);
       const float* vu = vp + r * v.stride(0) + h * v.stride(1);
+      const float* qi = qp + (u * nq + first) * d;
+      float* oi = op + (u * nq + first) * d;
 #ifdef OXYGEN_X86
       if (fast) {
-        attend_avx512(qp + u * g * d, ku, vu, n[r], g, d, s, scores.data(), op + u * g * d);
+        attend_avx512(qi, ku, vu, n[r], count, d, s, scores.data(), oi);
         continue;
       }
 #endif
-      attend_generic(qp + u * g * d, ku, vu, n[r], g, d, s, scores.data(), op + u * g * d);
+      attend_generic(qi, ku, vu, n[r], count, d, s, scores.data(), oi);
     }
   });
   return out;
 }
 
-}  // namespace
+}  // namespace oxygen_native
 
 TORCH_LIBRARY_FRAGMENT(oxygen_native, m) {
-  m.def("decode_attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scale) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(oxygen_native, CompositeExplicitAutograd, m) {
-  m.impl("decode_attention", &decode_attention);
+  m.impl("attention", &oxygen_native::attention);
 }

@@ -1,0 +1,28 @@
+// e^x for x <= 0, shared by the native kernels: 2^n * p(r) with a degree-6 polynomial on
+// r in [-ln2/2, ln2/2], about 2 ulp, 0 below -87; plain arithmetic, so the loops using it vectorise
+// (libm's expf does not without -ffast-math).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace oxygen_native {
+
+inline float exp_nonpositive(float x) {
+  const bool underflows = x < -87.0f;      // below the smallest normal float: 0
+  x = underflows ? -87.0f : x;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   // round(x / ln 2)
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;             // x - n ln 2, two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return underflows ? 0.0f : p * two_n;
+}
+
+}  // namespace oxygen_native
