@@ -142,6 +142,8 @@ def onednn_product(rows: torch.Tensor, blocked: torch.Tensor, bias: torch.Tensor
     run as onednn_tiles(m) row counts -> [m, out]."""
     post, algorithm = ("gelu", "tanh") if gelu_tanh else ("none", "")
     m = rows.shape[0]
+    if m <= ONEDNN_EXACT_ROWS:       # the common case (decode, the expert, prompts): one call as is
+        return torch.ops.mkldnn._linear_pointwise(rows, blocked, bias, post, [], algorithm)
     tiles = onednn_tiles(m)
     padding = sum(tiles) - m
     if padding:
@@ -236,13 +238,15 @@ class Packed:
             setattr(l, name, nn.Parameter(packed[start:start + n], requires_grad=False))
             start += n
 
+    # (the checks below run before every product: they read the layers' parameter dicts
+    # directly, as nn.Module's attribute lookup costs more than the rest of the check)
     def _layer_pointers(self) -> list[int]:
-        return [t.data_ptr() for l in self.linears
-                for t in ((l.weight, l.bias) if self.has_bias else (l.weight,))]
+        names = ("weight", "bias") if self.has_bias else ("weight",)
+        return [l._parameters[n].data_ptr() for l in self.linears for n in names]
 
     def _weight_versions(self) -> tuple | None:
         try:      # views share their base's counter, so a copy_ into the matrix counts too
-            return tuple(l.weight._version for l in self.linears)
+            return tuple(l._parameters["weight"]._version for l in self.linears)
         except RuntimeError:       # packed under inference_mode: no version counter
             return None
 
