@@ -126,3 +126,15 @@ def test_the_decode_step_runs_the_native_kernel(monkeypatch):
     with torch.inference_mode():
         model.decode(torch.tensor([5, 9]), pool, torch.tensor([4, 11]), 12)
     assert calls and calls[0] == [5, 12]            # each row sees its keys up to its new token
+
+
+def test_a_mask_folded_once_gives_bitwise_what_each_layer_folding_gives():
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randn(2, 6, 7, 32, generator=gen)
+    k, v = torch.randn(2, 2, 12, 32, generator=gen), torch.randn(2, 2, 12, 32, generator=gen)
+    mask = torch.ones(7, 12, dtype=torch.bool).tril(diagonal=5)[None, None].expand(2, 1, 7, 12)
+    from oxygen_ros.engine.layers.blocks import grouped_mask
+
+    folded = grouped_mask(mask, 3)
+    assert folded.shape == (2, 1, 21, 12) and folded.dtype == torch.float32
+    assert torch.equal(grouped_attention(q, k, v, folded), grouped_attention(q, k, v, mask))

@@ -146,8 +146,11 @@ def onednn_product(rows: torch.Tensor, blocked: torch.Tensor, bias: torch.Tensor
         return torch.ops.mkldnn._linear_pointwise(rows, blocked, bias, post, [], algorithm)
     tiles = onednn_tiles(m)
     padding = sum(tiles) - m
-    if padding:
-        rows = F.pad(rows, (0, 0, 0, padding))
+    if padding:       # (F.pad fills the whole copy first; only the padding rows need zeros)
+        padded = rows.new_empty(m + padding, rows.shape[1])
+        padded[:m] = rows
+        padded[m:].zero_()
+        rows = padded
     outs = [torch.ops.mkldnn._linear_pointwise(t, blocked, bias, post, [], algorithm) for t in rows.split(tiles)]
     return (outs[0] if len(outs) == 1 else torch.cat(outs))[:m]
 
@@ -380,14 +383,27 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return torch.addcmul(x * cos, swapped, signed_sin)
 
 
+def grouped_mask(mask: torch.Tensor, group: int) -> torch.Tensor:
+    """A mask [B, 1, T, L] for queries folded as grouped_attention folds them (each of the
+    `group` query heads sharing a KV head repeats the T rows: [B, 1, group * T, L]), and
+    additive (what the attention kernel turns a boolean mask into). A pass over many
+    layers builds it once (Decoder.forward) instead of once a layer."""
+    b, _, t, length = mask.shape
+    if group > 1 and t > 1:      # one query per row (decode) broadcasts as is
+        mask = mask.unsqueeze(2).expand(b, 1, group, t, length).reshape(b, 1, group * t, length)
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return mask
+
+
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       mask: torch.Tensor | None, visible: torch.Tensor | None = None) -> torch.Tensor:
     """Attention for GQA/MQA without repeating the shared KV heads.
 
     q [B, H, T, d]; k, v [B, Hkv, L, d] (may be strided views into the KV pool);
-    mask [B, 1, T, L] boolean (True = visible) or additive float, or None. Query heads
-    that share a KV head are folded into the query length, so K/V are read once per KV
-    head. visible [B] (decode, T = 1): row b sees keys [0, visible[b]), which is what
+    mask [B, 1, T, L] boolean (True = visible) or additive float, or None, or already
+    folded by grouped_mask. Query heads that share a KV head are folded into the query
+    length, so K/V are read once per KV head. visible [B] (decode, T = 1): row b sees keys [0, visible[b]), which is what
     `mask` says. Where every query sees its row's first `visible` keys (decode, or no
     mask), CPU inference in float32 runs the native kernel (engine/native/attention.cpp).
     """
@@ -400,8 +416,8 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             visible = torch.full((b,), k.shape[2], dtype=torch.long)
         out = torch.ops.oxygen_native.attention(qg, k, v, visible, 1.0 / math.sqrt(d))
         return out.reshape(b, h, t, d)
-    if mask is not None and g > 1 and t > 1:   # one query per row (decode) broadcasts as is
-        mask = mask.unsqueeze(2).expand(b, 1, g, t, mask.shape[-1]).reshape(b, 1, g * t, -1)
+    if mask is not None and mask.shape[-2] == t:
+        mask = grouped_mask(mask, g)
     if t == 1 and q.device.type == "cpu" and mask is not None and mask.is_floating_point():
         # decode on CPU: two batched matmuls beat the flash kernel for single queries
         # (0.70 vs 0.84 ms a layer for 30 rows of SmolLM2)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..config import DecoderConfig
-from .blocks import GatedMLP, Packed, RMSNorm, Rope, apply_rope, grouped_attention
+from .blocks import GatedMLP, Packed, RMSNorm, Rope, apply_rope, grouped_attention, grouped_mask
 
 
 class Attention(nn.Module):
@@ -148,6 +148,8 @@ class Decoder(nn.Module):
         layer outputs before DeepStack and ends with the normed state.)
         """
         rope = self.rope.tables(positions, x.dtype)
+        if mask is not None and mask.shape[-2] > 1:
+            mask = grouped_mask(mask, self.cfg.num_heads // self.cfg.num_kv_heads).to(x.dtype)
         n_stack = self._check_deepstack(x, visual_mask, deepstack)
         t = x.shape[1]
         if hidden_out is not None:
