@@ -2,8 +2,8 @@
 
 `expert.cpp` runs the action expert's whole sampling (every denoise step and layer) in one
 call, with the same ATen/oneDNN kernels as the eager path in the same order, so its
-outputs are bitwise those of the eager path. `attention.cpp` (`attention`: a few queries
-over each row's visible keys, the decode step's and the expert's), `norms.cpp`
+outputs are bitwise those of the eager path. `attention.cpp` (`attention`: the decode step's
+queries over each row's visible keys), `norms.cpp`
 (`rms_norm`, one pass) and `activations.cpp` (`gated_activation`: act(gate) * up) are
 kernels of their own, which expert.cpp calls and the eager paths use wherever the
 library is loaded (CPU, float32, no autograd), so both compute alike. The library is built once per torch version and source into
@@ -26,7 +26,7 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).with_name(name) for name in (
-    "expert.cpp", "attention.cpp", "attention.h", "norms.cpp", "norms.h", "activations.cpp", "activations.h",
+    "expert.cpp", "attention.cpp", "norms.cpp", "norms.h", "activations.cpp", "activations.h",
     "fast_math.h")]
 _state: dict = {}
 

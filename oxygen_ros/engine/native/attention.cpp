@@ -1,15 +1,14 @@
 // Attention of a few queries over each row's own visible keys, on CPU: the batched decode
-// step (one token per row, the query heads of each KV head) and the action expert's
-// chunk (its tokens over the prefix and themselves). At these shapes (3-30 queries x 64
-// dims per KV head) a batched matmul spends most of its time on per-matrix overhead and
-// the flash kernel on its tiling; this streams each row's K and V once, at about the
-// memory bandwidth, on every intra-op thread.
+// step (one token per row, the query heads sharing each KV head). At these shapes (1-8
+// queries x 64-256 dims per KV head) a batched matmul spends most of its time on
+// per-matrix overhead; this streams each row's K and V once, at about the memory
+// bandwidth, on every intra-op thread. (With tens of queries per KV head, as in the
+// action expert's chunk, ATen's flash kernel is as fast or faster.)
 //
 // Every query is computed by the same code in the same order whatever else the call
 // holds (other rows, other queries), so a request decoded among others gets bitwise what
 // it gets alone (the engine's exactness between OxyGen and isolated runs rests on that).
-#include "attention.h"
-
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

@@ -6,11 +6,10 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <vector>
 
 #include "activations.h"
-#include "attention.h"
 #include "norms.h"
-#include <vector>
 
 namespace {
 
@@ -79,7 +78,6 @@ Tensor expert_sample(const Tensor& noise, at::TensorList params, at::TensorList 
     keys[i] = k_layers[i].index({slots, at::indexing::Slice(), at::indexing::Slice(0, prefix_len + t)});
     values[i] = v_layers[i].index({slots, at::indexing::Slice(), at::indexing::Slice(0, prefix_len + t)});
   }
-  const Tensor all_keys = at::full({b}, prefix_len + t, at::kLong);
   Tensor x = noise;
   for (int64_t k = 0; k < steps; ++k) {
     Tensor hid = at::linear(x, in_w, in_b);
@@ -98,10 +96,7 @@ Tensor expert_sample(const Tensor& noise, at::TensorList params, at::TensorList 
       k_dest[i].copy_(kk);
       v_dest[i].copy_(v);
       auto qg = q.reshape({b, hkv, g * t, d});
-      // grouped_attention's choice: the native kernel in float32, else ATen's
-      auto att = (qg.scalar_type() == at::kFloat
-                      ? oxygen_native::attention(qg, keys[i], values[i], all_keys, scale)
-                      : at::scaled_dot_product_attention(qg, keys[i], values[i], std::nullopt, 0.0, false, scale))
+      auto att = at::scaled_dot_product_attention(qg, keys[i], values[i], std::nullopt, 0.0, false, scale)
                      .reshape({b, h, t, d});
       auto o = packed(att.transpose(1, 2).reshape({b, t, -1}), p[3], bl[1]);
       hid = at::addcmul(hid, o, gates[0]);
