@@ -126,13 +126,18 @@ def test_the_decode_step_runs_the_native_kernel(monkeypatch):
     assert calls and calls[0] == [5, 12]            # each row sees its keys up to its new token
 
 
-def test_a_mask_folded_once_gives_bitwise_what_each_layer_folding_gives():
-    gen = torch.Generator().manual_seed(8)
-    q = torch.randn(2, 6, 7, 32, generator=gen)
-    k, v = torch.randn(2, 2, 12, 32, generator=gen), torch.randn(2, 2, 12, 32, generator=gen)
-    mask = torch.ones(7, 12, dtype=torch.bool).tril(diagonal=5)[None, None].expand(2, 1, 7, 12)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_mask_folded_once_gives_bitwise_what_sdpa_gives_with_the_boolean_mask(dtype):
     from oxygen_ros.engine.layers.blocks import grouped_mask
 
-    folded = grouped_mask(mask, 3)
-    assert folded.shape == (2, 1, 21, 12) and folded.dtype == torch.float32
-    assert torch.equal(grouped_attention(q, k, v, folded), grouped_attention(q, k, v, mask))
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randn(2, 6, 7, 32, generator=gen).to(dtype)
+    k, v = torch.randn(2, 2, 12, 32, generator=gen).to(dtype), torch.randn(2, 2, 12, 32, generator=gen).to(dtype)
+    mask = torch.ones(7, 12, dtype=torch.bool).tril(diagonal=5)[None, None].expand(2, 1, 7, 12)
+    folded = grouped_mask(mask, 3, dtype)
+    assert folded.shape == (2, 1, 21, 12) and folded.dtype == dtype
+    # the reference: each query head's rows under the boolean mask as sdpa takes it
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.reshape(2, 2, 21, 32), k, v, attn_mask=mask.repeat(1, 1, 3, 1), scale=32 ** -0.5).reshape(2, 6, 7, 32)
+    assert torch.equal(grouped_attention(q, k, v, folded), want)
+    assert torch.equal(grouped_attention(q, k, v, mask), want)

@@ -329,7 +329,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self._gate_up.matmul(x)
-        if native_inference(gate_up) and self.act_name in NATIVE_ACTIVATIONS:
+        if self.act_name in NATIVE_ACTIVATIONS and native_inference(gate_up):
             return self._down.matmul(torch.ops.oxygen_native.gated_activation(gate_up, self.act_name))
         gate, up = gate_up.split(self._gate_up.sizes, dim=-1)
         return self._down.matmul(self.act(gate) * up)
@@ -383,16 +383,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return torch.addcmul(x * cos, swapped, signed_sin)
 
 
-def grouped_mask(mask: torch.Tensor, group: int) -> torch.Tensor:
+def grouped_mask(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
     """A mask [B, 1, T, L] for queries folded as grouped_attention folds them (each of the
     `group` query heads sharing a KV head repeats the T rows: [B, 1, group * T, L]), and
-    additive (what the attention kernel turns a boolean mask into). A pass over many
-    layers builds it once (Decoder.forward) instead of once a layer."""
+    additive in the queries' dtype (what the attention kernel turns a boolean mask into).
+    A pass over many layers builds it once (Decoder.forward) instead of once a layer."""
     b, _, t, length = mask.shape
     if group > 1 and t > 1:      # one query per row (decode) broadcasts as is
         mask = mask.unsqueeze(2).expand(b, 1, group, t, length).reshape(b, 1, group * t, length)
     if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, device=mask.device).masked_fill_(~mask, float("-inf"))
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
     return mask
 
 
@@ -417,7 +417,7 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         out = torch.ops.oxygen_native.attention(qg, k, v, visible, 1.0 / math.sqrt(d))
         return out.reshape(b, h, t, d)
     if mask is not None and mask.shape[-2] == t:
-        mask = grouped_mask(mask, g)
+        mask = grouped_mask(mask, g, q.dtype)
     if t == 1 and q.device.type == "cpu" and mask is not None and mask.is_floating_point():
         # decode on CPU: two batched matmuls beat the flash kernel for single queries
         # (0.70 vs 0.84 ms a layer for 30 rows of SmolLM2)

@@ -149,7 +149,7 @@ class Decoder(nn.Module):
         """
         rope = self.rope.tables(positions, x.dtype)
         if mask is not None and mask.shape[-2] > 1:
-            mask = grouped_mask(mask, self.cfg.num_heads // self.cfg.num_kv_heads).to(x.dtype)
+            mask = grouped_mask(mask, self.cfg.num_heads // self.cfg.num_kv_heads, x.dtype)
         n_stack = self._check_deepstack(x, visual_mask, deepstack)
         t = x.shape[1]
         if hidden_out is not None:
