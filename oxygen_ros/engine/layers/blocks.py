@@ -24,12 +24,15 @@ class RMSNorm(nn.Module):
         self.offset = 1.0 if style == "gemma" else 0.0
         self.weight = nn.Parameter(torch.zeros(dim) if style == "gemma" else torch.ones(dim))
 
+    def scale(self) -> torch.Tensor:
+        """What the normalised rows are multiplied by, in float32."""
+        return self.weight.float() if self.offset == 0.0 else self.weight.float() + self.offset
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # the math runs in float32; in reduced precision the weight is applied before
         # rounding back, as the references do
         if x.dtype == torch.float32:
-            weight = self.weight.float() if self.offset == 0.0 else self.weight.float() + self.offset
-            return rms_normalize(x, weight, None, self.eps)
+            return rms_normalize(x, self.scale(), None, self.eps)
         y = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
         return (y * (self.offset + self.weight.float())).to(x.dtype)
 

@@ -9,7 +9,11 @@ import torch
 from torch import nn
 
 from ..config import DecoderConfig
-from .blocks import GatedMLP, Packed, RMSNorm, Rope, apply_rope, grouped_attention, grouped_mask
+from .blocks import (NATIVE_ACTIVATIONS, ONEDNN_EXACT_ROWS, GatedMLP, Packed, RMSNorm, Rope, apply_rope,
+                     grouped_attention, grouped_mask, native_inference)
+
+
+_NOT_BLOCKED = torch.empty(0)
 
 
 class Attention(nn.Module):
@@ -148,6 +152,12 @@ class Decoder(nn.Module):
         layer outputs before DeepStack and ends with the normed state.)
         """
         rope = self.rope.tables(positions, x.dtype)
+        if (x.shape[1] == 1 and torch.is_tensor(write_at) and isinstance(slots, slice)
+                and slots == slice(0, x.shape[0]) and not deepstack
+                and hidden_out is None):
+            native_out = self._decode_native(x, rope, pool, write_at, read_len)
+            if native_out is not None:
+                return native_out
         if mask is not None and mask.shape[-2] > 1:
             mask = grouped_mask(mask, self.cfg.num_heads // self.cfg.num_kv_heads, x.dtype)
         n_stack = self._check_deepstack(x, visual_mask, deepstack)
@@ -165,6 +175,31 @@ class Decoder(nn.Module):
             if hidden_out is not None:
                 hidden_out[i + 1, :t] = x[0]
         return x
+
+    def _decode_native(self, x, rope, pool, write_at: torch.Tensor, read_len: int) -> torch.Tensor | None:
+        """A decode step's layers as one native call (engine/native/decode.cpp: the same
+        kernels as the loop in forward, bitwise its results); None where that call does
+        not compute what the layers do (q/k norms, another activation, unpacked or stale
+        weights, more rows than oneDNN takes untiled, no native library): the loop runs."""
+        if x.shape[0] > ONEDNN_EXACT_ROWS or not native_inference(x):
+            return None
+        params, blocked = [], []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            if attn.q_norm is not None or mlp.act_name not in NATIVE_ACTIVATIONS:
+                return None
+            operands = [g.operands() for g in (attn._qkv, attn._o, mlp._gate_up, mlp._down)]
+            if None in operands:
+                return None
+            params += [layer.input_layernorm.scale(), layer.post_attention_layernorm.scale(),
+                       *(matrix for matrix, _ in operands)]
+            blocked += [_NOT_BLOCKED if copy is None else copy for _, copy in operands]
+        attn = self.layers[0].self_attn
+        depth = len(self.layers)
+        return torch.ops.oxygen_native.decode_layers(
+            x, params, blocked, [pool.k[i] for i in range(depth)], [pool.v[i] for i in range(depth)], write_at,
+            read_len, *rope, attn.num_heads, attn.num_kv_heads, attn.head_dim, self.cfg.norm_eps,
+            self.layers[0].mlp.act_name)
 
     def _check_deepstack(self, x, visual_mask, deepstack) -> int:
         """How many layers get DeepStack features (0: none); ValueError if they do not fit."""

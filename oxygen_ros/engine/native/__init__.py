@@ -26,8 +26,8 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).with_name(name) for name in (
-    "expert.cpp", "attention.cpp", "norms.cpp", "norms.h", "activations.cpp", "activations.h",
-    "fast_math.h")]
+    "expert.cpp", "decode.cpp", "layer_ops.h", "attention.cpp", "attention.h", "norms.cpp", "norms.h",
+    "activations.cpp", "activations.h", "fast_math.h")]
 _state: dict = {}
 
 

@@ -8,7 +8,8 @@
 // Every query is computed by the same code in the same order whatever else the call
 // holds (other rows, other queries), so a request decoded among others gets bitwise what
 // it gets alone (the engine's exactness between OxyGen and isolated runs rests on that).
-#include <ATen/ATen.h>
+#include "attention.h"
+
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

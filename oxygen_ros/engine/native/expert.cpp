@@ -2,49 +2,24 @@
 // call: the same ATen / oneDNN kernels as the eager path (ActionExpert.sample), in the
 // same order, minus the Python between them.
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <cmath>
 #include <vector>
 
 #include "activations.h"
+#include "layer_ops.h"
 #include "norms.h"
 
 namespace {
 
 using at::Tensor;
-
-const auto& linear_pointwise() {
-  static auto op = c10::Dispatcher::singleton()
-      .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-      .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, c10::string_view,
-                    c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>();
-  return op;
-}
-
-// Packed.matmul without bias or activation: the oneDNN-blocked copy when there is one
-// (an mkldnn tensor), else x @ matrix.
-Tensor packed(const Tensor& x, const Tensor& matrix, const Tensor& blocked) {
-  if (blocked.defined() && blocked.is_mkldnn()) {
-    auto out = linear_pointwise().call(x.reshape({-1, x.size(-1)}), blocked, std::nullopt, "none",
-                                       c10::List<std::optional<at::Scalar>>(), c10::string_view(""));
-    auto shape = x.sizes().vec();
-    shape.back() = -1;
-    return out.reshape(shape);
-  }
-  return at::matmul(x, matrix);
-}
+using oxygen_native::apply_rope;
+using oxygen_native::packed;
 
 // ada_rms_normalize: rmsnorm(x) * (1 + scale) + shift in float32, rounded to x's dtype.
 Tensor ada_norm(const Tensor& x, const Tensor& one_plus_scale, const Tensor& shift, double eps) {
   return oxygen_native::rms_norm(x.to(at::kFloat), one_plus_scale, shift, eps).to(x.scalar_type());
-}
-
-Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  auto half = x.size(-1) / 2;
-  auto swapped = at::cat({x.narrow(-1, half, x.size(-1) - half), x.narrow(-1, 0, half)}, -1);
-  return at::addcmul(x * cos, swapped, sin);
 }
 
 constexpr int64_t kGlobals = 7;      // in_w, in_b, out_w, out_b, final_mods, cos, sin
