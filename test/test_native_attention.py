@@ -111,8 +111,11 @@ def test_autograd_keeps_the_masked_softmax():
 
 
 @needs_native
-def test_the_decode_step_runs_the_native_kernel(monkeypatch):
+def test_the_eager_decode_loop_runs_the_native_kernel(monkeypatch):
+    from oxygen_ros.engine.layers.decoder import Decoder
+
     model, _ = tiny()
+    monkeypatch.setattr(Decoder, "_decode_native", lambda self, *a: None)    # the loop, not decode.cpp
     calls = []
     kernel = torch.ops.oxygen_native.attention
     monkeypatch.setattr(torch.ops.oxygen_native, "attention",

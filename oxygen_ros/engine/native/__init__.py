@@ -1,13 +1,14 @@
-"""Native (C++) fused units of the engine, built on first use with torch.utils.cpp_extension.
+"""Native (C++) units of the engine, built on first use with torch.utils.cpp_extension.
 
-`expert.cpp` runs the action expert's whole sampling (every denoise step and layer) in one
-call, with the same ATen/oneDNN kernels as the eager path in the same order, so its
-outputs are bitwise those of the eager path. `attention.cpp` (`attention`: the decode step's
-queries over each row's visible keys), `norms.cpp`
-(`rms_norm`, one pass) and `activations.cpp` (`gated_activation`: act(gate) * up) are
-kernels of their own, which expert.cpp calls and the eager paths use wherever the
-library is loaded (CPU, float32, no autograd), so both compute alike. The library is built once per torch version and source into
-`$OXYGEN_CACHE_DIR/native/` (`make setup` does it) and loaded from there.
+Two fused passes, each the same ATen/oneDNN/native kernels as its eager path in the same
+order, so their outputs are bitwise the eager ones: `expert.cpp` (the action expert's
+whole sampling, every denoise step and layer) and `decode.cpp` (the batched decode
+step's layers). Three kernels of their own, which those passes call and the eager paths
+use wherever the library is loaded (CPU, float32, no autograd), so both compute alike:
+`attention.cpp` (the decode step's queries over each row's visible keys), `norms.cpp`
+(RMSNorm in one pass) and `activations.cpp` (act(gate) * up). The library is built once
+per torch version and source into `$OXYGEN_CACHE_DIR/native/` (`make setup` does it) and
+loaded from there.
 
 `available()` is False, and the eager path runs, when OXYGEN_FUSED=0, when no C++
 compiler is found (`$CXX`, else `c++`) or when the build fails; the reason is logged once.
@@ -57,8 +58,10 @@ def _build() -> str | None:
     build = cache_dir()
     build.mkdir(parents=True, exist_ok=True)
     try:
-        cpp_extension.load("oxygen_native", [str(p) for p in SOURCES if p.suffix == ".cpp"], extra_cflags=["-O2", "-fopenmp"],
-                           extra_ldflags=["-fopenmp"], build_directory=str(build), is_python_module=False, verbose=False)
+        # -fopenmp: at::parallel_for runs on the intra-op threads only when compiled with it
+        cpp_extension.load("oxygen_native", [str(p) for p in SOURCES if p.suffix == ".cpp"],
+                           extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                           build_directory=str(build), is_python_module=False, verbose=False)
     except Exception as exc:   # a broken toolchain: keep the eager path
         return f"build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''})"
     return None

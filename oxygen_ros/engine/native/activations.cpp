@@ -12,12 +12,6 @@
 
 #include "fast_math.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OXYGEN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define OXYGEN_CLONES
-#endif
-
 namespace {
 
 using oxygen_native::exp_nonpositive;

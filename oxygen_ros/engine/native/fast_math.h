@@ -1,12 +1,20 @@
-// e^x for x <= 0, shared by the native kernels: 2^n * p(r) with a degree-6 polynomial on
-// r in [-ln2/2, ln2/2], about 2 ulp, 0 below -87; plain arithmetic, so the loops using it vectorise
-// (libm's expf does not without -ffast-math).
+// What the native kernels share for their elementwise loops: a function compiled once per
+// vector width the CPU may have (OXYGEN_CLONES, picked at load time), and e^x for x <= 0.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OXYGEN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define OXYGEN_CLONES
+#endif
+
 namespace oxygen_native {
 
+// 2^n * p(r) with a degree-6 polynomial on r in [-ln2/2, ln2/2], about 2 ulp, 0 below
+// -87; plain arithmetic, so the loops using it vectorise (libm's expf does not without
+// -ffast-math).
 inline float exp_nonpositive(float x) {
   const bool underflows = x < -87.0f;      // below the smallest normal float: 0
   x = underflows ? -87.0f : x;

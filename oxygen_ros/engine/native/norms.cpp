@@ -10,11 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OXYGEN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define OXYGEN_CLONES
-#endif
+#include "fast_math.h"
 
 namespace {
 
