@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where an oxygen frame's milliseconds go, op by op (torch.profiler, CPU).
 
-    .venv/bin/python scripts/profile_frame.py --model smol [--frames 5] [--fused on|off] [--phase decode]
+    .venv/bin/python scripts/profile_frame.py --model smol [--frames 5] [--fused on|off] [--phase decode] [--shapes]
 
 Runs an OxyGen engine to its steady batch (the bench's warm-up), then profiles
 `--frames` frames and prints, per frame, each ATen op's self time (the time spent in
@@ -66,6 +66,7 @@ def main() -> int:
     ap.add_argument("--fused", choices=("on", "off"), default="on")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--phase", choices=PHASES, help="only the ops of this phase (vision, prefill, ...)")
+    ap.add_argument("--shapes", action="store_true", help="one row per op and input shapes")
     a = ap.parse_args()
     model, tok = load_model(a.model)
     s = R.BenchSettings(workload=a.workload, modes=("oxygen",), tokens=a.tokens,
@@ -74,7 +75,7 @@ def main() -> int:
     frames, noises = R.bench_inputs(model, s, n)
     run = R.ModeRun("oxygen", model, tok, s, frames, noises)
     run.warm_up()
-    with profile(activities=[ProfilerActivity.CPU]) as prof, tagged_phases():
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=a.shapes) as prof, tagged_phases():
         run.run_round(a.frames)
     run.finish()
     wall = sum(t["total"] for t in run.timings) / a.frames
@@ -82,16 +83,17 @@ def main() -> int:
     for ev in prof.events():
         if ev.name.startswith(TAG) or (a.phase and phase_of(ev) != a.phase):
             continue
-        ops[ev.name][0] += ev.self_cpu_time_total / 1e3 / a.frames
-        ops[ev.name][1] += 1 / a.frames
+        key = f"{ev.name} {ev.input_shapes}" if a.shapes else ev.name
+        ops[key][0] += ev.self_cpu_time_total / 1e3 / a.frames
+        ops[key][1] += 1 / a.frames
     total = sum(ms for ms, _ in ops.values())
-    products = sum(ops[k][0] for k in PRODUCTS if k in ops)
+    products = sum(ms for k, (ms, _) in ops.items() if k.split(" ")[0] in PRODUCTS)
     print(f"{a.model}, {a.workload}, {a.tokens} tokens, k={a.steps_per_frame}, fused {a.fused}: "
           f"{'phase ' + a.phase + ', ' if a.phase else ''}frame {wall:.1f} ms profiled (the profiler adds its own cost), {total:.1f} ms of op self time")
     print(f"  matrix products {products:.1f} ms, everything else {total - products:.1f} ms")
     print(f"  {'op':<44}{'ms/frame':>10}{'calls/frame':>13}{'us/call':>9}")
     for key, (ms, calls) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:a.top]:
-        tag = "  (product)" if key in PRODUCTS else ""
+        tag = "  (product)" if key.split(" ")[0] in PRODUCTS else ""
         print(f"  {key:<44}{ms:>10.2f}{calls:>13.0f}{1e3 * ms / max(calls, 1):>9.1f}{tag}")
     return 0
 

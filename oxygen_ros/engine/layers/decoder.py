@@ -38,14 +38,21 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self._qkv.matmul(x)
-        # queries and keys stay side by side [B, T, H + Hkv, d] so one rope call covers both
-        qk = qkv[..., :(h + hkv) * d].unflatten(-1, (h + hkv, d))
-        v = qkv[..., (h + hkv) * d:].unflatten(-1, (hkv, d)).transpose(1, 2)
-        if self.q_norm is not None:
-            qk = torch.cat([self.q_norm(qk[:, :, :h]), self.k_norm(qk[:, :, h:])], dim=2)
-        qk = apply_rope(qk, *rope)
-        q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
-        keys, values = cache.write_and_read(k, v)
+        targets = cache.pass_targets(t) if self.q_norm is None and native_inference(qkv) else None
+        if targets is not None:
+            # one native pass (engine/native/rope.cpp): the rotated queries [B, H, T, d] and
+            # the keys and values written into the pool; bitwise the lines below
+            q = torch.ops.oxygen_native.rope_split(qkv, *rope, h, hkv, *targets)
+            keys, values = cache.read()
+        else:
+            # queries and keys stay side by side [B, T, H + Hkv, d] so one rope call covers both
+            qk = qkv[..., :(h + hkv) * d].unflatten(-1, (h + hkv, d))
+            v = qkv[..., (h + hkv) * d:].unflatten(-1, (hkv, d)).transpose(1, 2)
+            if self.q_norm is not None:
+                qk = torch.cat([self.q_norm(qk[:, :, :h]), self.k_norm(qk[:, :, h:])], dim=2)
+            qk = apply_rope(qk, *rope)
+            q, k = qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2)
+            keys, values = cache.write_and_read(k, v)
         out = grouped_attention(q, keys, values, mask, cache.visible())
         return self._o.matmul(out.transpose(1, 2).reshape(b, t, -1))
 
@@ -76,7 +83,19 @@ class CacheView:
             rows = torch.arange(s.start, s.stop, device=kl.device) if isinstance(s, slice) else s
             kl[rows, :, self.write_at] = k[:, :, 0]
             vl[rows, :, self.write_at] = v[:, :, 0]
-        return kl[s, :, : self.read_len], vl[s, :, : self.read_len]
+        return self.read()
+
+    def read(self):
+        return self.k_layer[self.slots, :, : self.read_len], self.v_layer[self.slots, :, : self.read_len]
+
+    def pass_targets(self, t: int):
+        """The pool's K and V views [B, Hkv, T, d] a pass of T positions from write_at writes,
+        for a kernel that writes them itself; None where the write is not to a view (slots
+        gathered, or one position per row)."""
+        if isinstance(self.write_at, int) and isinstance(self.slots, slice):
+            where = (self.slots, slice(None), slice(self.write_at, self.write_at + t))
+            return self.k_layer[where], self.v_layer[where]
+        return None
 
     def visible(self) -> torch.Tensor | None:
         """Decode (one token per row at write_at[i]): how many of the read_len keys row i

@@ -33,7 +33,7 @@ from ..rtc import RTCGuide, guidance_weight
 
 
 class PrefixCacheView:
-    """CacheView's interface (write_and_read, visible) over one layer: the prefix K/V
+    """CacheView's interface (write_and_read, visible, pass_targets) over one layer: the prefix K/V
     [0, prefix_len) of `slot`, detached, with the action tokens' K/V appended locally
     instead of written."""
 
@@ -45,6 +45,9 @@ class PrefixCacheView:
         return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
 
     def visible(self) -> None:      # the chunk's tokens attend under their mask, not by count
+        return None
+
+    def pass_targets(self, t: int) -> None:     # nothing is written to the pool
         return None
 
 
