@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).with_name(name) for name in (
     "expert.cpp", "decode.cpp", "layer_ops.h", "attention.cpp", "attention.h", "norms.cpp", "norms.h",
-    "activations.cpp", "activations.h", "rope.cpp", "fast_math.h")]
+    "activations.cpp", "activations.h", "rope.cpp", "rope.h", "fast_math.h")]
 _state: dict = {}
 
 

@@ -10,16 +10,28 @@
 #include "activations.h"
 #include "layer_ops.h"
 #include "norms.h"
+#include "rope.h"
 
 namespace {
 
 using at::Tensor;
-using oxygen_native::apply_rope;
 using oxygen_native::packed;
 
 // ada_rms_normalize: rmsnorm(x) * (1 + scale) + shift in float32, rounded to x's dtype.
 Tensor ada_norm(const Tensor& x, const Tensor& one_plus_scale, const Tensor& shift, double eps) {
   return oxygen_native::rms_norm(x.to(at::kFloat), one_plus_scale, shift, eps).to(x.scalar_type());
+}
+
+// The rotated queries [B, H, T, d] (contiguous); the keys and values written to k_dest,
+// v_dest. rope_split in float32 (the eager Attention's choice), else ATen's ops.
+Tensor rotate_and_store(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t h, int64_t hkv,
+                        Tensor& k_dest, Tensor& v_dest) {
+  if (qkv.scalar_type() == at::kFloat) return oxygen_native::rope_split(qkv, cos, sin, h, hkv, k_dest, v_dest);
+  const int64_t d = k_dest.size(-1);
+  auto qk = oxygen_native::apply_rope(qkv.narrow(-1, 0, (h + hkv) * d).unflatten(-1, {h + hkv, d}), cos, sin);
+  k_dest.copy_(qk.narrow(2, h, hkv).transpose(1, 2));
+  v_dest.copy_(qkv.narrow(-1, (h + hkv) * d, hkv * d).unflatten(-1, {hkv, d}).transpose(1, 2));
+  return qk.narrow(2, 0, h).transpose(1, 2).contiguous();
 }
 
 constexpr int64_t kGlobals = 7;      // in_w, in_b, out_w, out_b, final_mods, cos, sin
@@ -63,14 +75,7 @@ Tensor expert_sample(const Tensor& noise, at::TensorList params, at::TensorList 
       // attention
       auto y = ada_norm(hid, norms[0], norms[1], eps);
       auto qkv = packed(y, p[2], bl[0]);
-      auto qk = qkv.narrow(-1, 0, (h + hkv) * d).unflatten(-1, {h + hkv, d});
-      auto v = qkv.narrow(-1, (h + hkv) * d, hkv * d).unflatten(-1, {hkv, d}).transpose(1, 2);
-      qk = apply_rope(qk, cos, sin);
-      auto q = qk.narrow(2, 0, h).transpose(1, 2);
-      auto kk = qk.narrow(2, h, hkv).transpose(1, 2);
-      k_dest[i].copy_(kk);
-      v_dest[i].copy_(v);
-      auto qg = q.reshape({b, hkv, g * t, d});
+      auto qg = rotate_and_store(qkv, cos, sin, h, hkv, k_dest[i], v_dest[i]).view({b, hkv, g * t, d});
       auto att = at::scaled_dot_product_attention(qg, keys[i], values[i], std::nullopt, 0.0, false, scale)
                      .reshape({b, h, t, d});
       auto o = packed(att.transpose(1, 2).reshape({b, t, -1}), p[3], bl[1]);

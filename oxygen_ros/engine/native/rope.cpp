@@ -6,7 +6,8 @@
 // swapped*sin added in one fused multiply-add (addcmul's CPU kernel fuses it), so the two
 // paths agree bitwise; nothing else may be contracted.
 #pragma GCC optimize("fp-contract=off")
-#include <ATen/ATen.h>
+#include "rope.h"
+
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -43,9 +44,6 @@ void check_heads(const Tensor& t, const char* name, int64_t b, int64_t heads, in
 
 namespace oxygen_native {
 
-// qkv [B, T, (H + 2 Hkv) d] (each row contiguous); cos, sin [B, T, 1, d]. Writes the
-// rotated keys to k_out and the values to v_out (each [B, Hkv, T, d], any strides but the
-// last, e.g. the pool's slots); returns the rotated queries [B, H, T, d], contiguous.
 Tensor rope_split(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t heads, int64_t kv_heads,
                   const Tensor& k_out, const Tensor& v_out) {
   TORCH_CHECK(qkv.scalar_type() == at::kFloat && qkv.device().is_cpu() && qkv.dim() == 3 && qkv.stride(2) == 1,
