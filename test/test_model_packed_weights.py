@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from oxygen_ros.engine.layers.blocks import ONEDNN_EXACT_ROWS, ONEDNN_MAX_ROWS, Packed, onednn_tiles, packed_groups
+from oxygen_ros.engine.layers.blocks import (ONEDNN_EXACT_ROWS, ONEDNN_MAX_ROWS, GatedMLP, Packed, onednn_tiles,
+                                             packed_groups)
 
 
 def _layers(seed=0, width=16):
@@ -122,6 +123,29 @@ def test_padding_rows_leaves_the_results_bitwise_unchanged(gelu_tanh):
         plain = torch.ops.mkldnn._linear_pointwise(x, packed.blocked, packed.bias, post, [], algorithm)
         assert torch.equal(packed.matmul(x, gelu_tanh=gelu_tanh), plain), m
         assert torch.equal(packed.matmul(x.view(1, m, 576), gelu_tanh=gelu_tanh), plain.view(1, m, -1)), m
+
+
+def test_an_mlp_runs_on_the_row_tiles_padded_and_joined_once(monkeypatch):
+    """A long input's MLP runs tile by tile (tiled_rows): the same values bitwise as each
+    product tiling on its own, with one join (the block's output) instead of one a product."""
+    torch.manual_seed(4)
+    mlp = GatedMLP(256, 1024, "gelu_tanh")
+    for group in packed_groups(mlp):
+        group.pack(dense=False)
+    if mlp._gate_up.blocked is None:
+        pytest.skip("oneDNN is not available in this torch build")
+    cats = []
+    real_cat = torch.cat
+    monkeypatch.setattr(torch, "cat", lambda *a, **k: cats.append(1) or real_cat(*a, **k))
+    for m in (20, 175, 300, 597):       # one tile as is, one padded tile, two and three tiles
+        x = torch.randn(1, m, 256)
+        with torch.inference_mode():
+            cats.clear()
+            tiled = mlp(x)
+            joins = len(cats)
+            per_product = mlp._rows(x)
+        assert torch.equal(tiled, per_product), m
+        assert joins == (len(onednn_tiles(m)) > 1), (m, joins)
 
 
 def test_products_of_ever_new_lengths_keep_memory_flat():

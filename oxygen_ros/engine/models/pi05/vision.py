@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .configuration import VisionConfig
-from ...layers.blocks import Packed
+from ...layers.blocks import Packed, tiled_rows
 
 
 class VisionAttention(nn.Module):
@@ -37,7 +37,7 @@ class VisionMLP(nn.Module):
         self._fc1, self._fc2 = Packed(self.fc1), Packed(self.fc2)
 
     def forward(self, x):
-        return self._fc2.matmul(self._fc1.matmul(x, gelu_tanh=True))
+        return tiled_rows(x, lambda rows: self._fc2.matmul(self._fc1.matmul(rows, gelu_tanh=True)), self._fc1)
 
 
 class VisionLayer(nn.Module):

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers.blocks import Packed, apply_rope
+from ...layers.blocks import Packed, apply_rope, tiled_rows
 from .configuration import TANH_GELU, Qwen3VLVisionConfig
 
 HF_VISUAL_PREFIX = "model.visual."
@@ -118,6 +118,9 @@ class Qwen3VLVisionMLP(nn.Module):
         self.act = _activation(cfg.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return tiled_rows(x, self._rows, self._fc1)
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
         if self.tanh_gelu:
             return self._fc2.matmul(self._fc1.matmul(x, gelu_tanh=True))
         return self._fc2.matmul(self.act(self._fc1.matmul(x)))
