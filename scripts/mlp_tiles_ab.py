@@ -18,13 +18,6 @@ from oxygen_ros.engine.models.pi05.vision import VisionMLP
 from oxygen_ros.engine.registry import load_model
 
 
-def untiled(mlp):
-    """The MLP's products, each through its own padding and joining."""
-    if isinstance(mlp, GatedMLP):
-        return mlp._rows
-    return lambda x: mlp._fc2.matmul(mlp._fc1.matmul(x, gelu_tanh=True))
-
-
 def timed_ms(fn) -> float:
     t = time.perf_counter()
     fn()
@@ -52,9 +45,9 @@ def main() -> None:
             rows = args.rows if name == "backbone" else args.vision_rows
             first = mlps[0].gate_proj if name == "backbone" else mlps[0].fc1
             x = torch.randn(rows, first.in_features)
-            if not all(torch.equal(m(x), untiled(m)(x)) for m in mlps):
+            if not all(torch.equal(m(x), m._rows(x)) for m in mlps):
                 raise SystemExit(f"{name}: tiled_rows changed an output")
-            a = lambda: [untiled(m)(x) for m in mlps]       # noqa: E731
+            a = lambda: [m._rows(x) for m in mlps]          # noqa: E731
             b = lambda: [m(x) for m in mlps]                # noqa: E731
             a(), b()                                        # warm-up: oneDNN's primitives
             ta, tb = [], []

@@ -169,7 +169,7 @@ def tiled_rows(x: torch.Tensor, block, first: "Packed") -> torch.Tensor:
     """block(x) for a row-wise block of products (an MLP) whose first product is `first`,
     run on the row tiles that product's oneDNN path would use: x is padded once and the
     block's output joined once, where each product would pad its input and join its tiles'
-    outputs (the 8192-wide gate/up product of pi05-quarter's 597-token prefix: 20 MB a
+    outputs (the 8192-wide gate/up product of pi05-quarter's 598-token prefix: 20 MB a
     layer). Each row's values are unchanged: every product sees the same tiles."""
     rows = x.reshape(-1, x.shape[-1])
     m = rows.shape[0]

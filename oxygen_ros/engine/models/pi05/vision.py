@@ -37,7 +37,10 @@ class VisionMLP(nn.Module):
         self._fc1, self._fc2 = Packed(self.fc1), Packed(self.fc2)
 
     def forward(self, x):
-        return tiled_rows(x, lambda rows: self._fc2.matmul(self._fc1.matmul(rows, gelu_tanh=True)), self._fc1)
+        return tiled_rows(x, self._rows, self._fc1)
+
+    def _rows(self, x):
+        return self._fc2.matmul(self._fc1.matmul(x, gelu_tanh=True))
 
 
 class VisionLayer(nn.Module):
