@@ -107,9 +107,10 @@ ONEDNN_MIN_ELEMENTS = 1 << 16
 # ever new lengths (and prompts admitted together make products of requests x longest
 # prompt rows), so a node's RSS crept up for an hour. Products of more than
 # ONEDNN_EXACT_ROWS rows run in tiles of at most ONEDNN_MAX_ROWS rows, the last tile padded
-# up to one of four row counts per octave (40, 48, 56, 64, 80, ...): 44 row counts in all,
-# the common ones met in the first minutes, and under 25% padding (a 33-token prompt runs
-# as 40 rows; multiples of 32, the earlier buckets, made it 64 and the admit phase +40%).
+# up to one of eight row counts per octave (36, 40, ... 64, 72, ... 128, 144, ... 256): 56
+# row counts in all, the common ones met in the first minutes, and under 12.5% padding (a
+# 33-token prompt runs as 36 rows, smol's 174-token prefix as 176; quarter octaves made
+# them 40 and 192, multiples of 32, the first buckets, 64 and the admit phase +40%).
 # Capping oneDNN's and ideep's caches instead (ONEDNN_PRIMITIVE_CACHE_CAPACITY,
 # LRU_CACHE_CAPACITY) still grew the process ~9x as much over new lengths.
 # Padding rows leaves the other rows' results bitwise unchanged, and so does the tiling
@@ -120,8 +121,8 @@ ONEDNN_MAX_ROWS = 256
 
 
 def _row_bucket(rows: int) -> int:
-    """rows (>= 4) rounded up to the next quarter of its octave: 33 -> 40, 65 -> 80, 129 -> 160."""
-    step = 1 << (rows.bit_length() - 3)
+    """rows (>= 8) rounded up to the next eighth of its octave: 33 -> 36, 65 -> 72, 129 -> 144."""
+    step = 1 << (rows.bit_length() - 4)
     return -(-rows // step) * step
 
 
