@@ -8,7 +8,6 @@ Prints each engine's median phases, the per-round on/off action-rate ratio (medi
 range), and whether actions and texts are identical.
 """
 import argparse
-import statistics
 import sys
 from dataclasses import replace
 
@@ -31,28 +30,15 @@ def main() -> int:
     model, tok = load_model(a.model)
     on = R.BenchSettings(workload=a.workload, modes=("oxygen",), tokens=a.tokens,
                          steps_per_frame=a.steps_per_frame, fused=True)
-    settings = {"on": on, "off": replace(on, fused=False)}
-    n = R.warmup_frames("oxygen", on) + a.rounds * a.frames_per_round + 1
-    frames, noises = R.bench_inputs(model, on, n)
-    runs = {k: R.ModeRun("oxygen", model, tok, s, frames, noises) for k, s in settings.items()}
-    for run in runs.values():
-        run.warm_up()
-    for i in range(a.rounds):
-        for k in (("on", "off") if i % 2 else ("off", "on")):
-            runs[k].run_round(a.frames_per_round)
-    for run in runs.values():
-        run.finish()
-    for k, run in runs.items():
+    ab = R.interleaved_ab(model, tok, {"off": replace(on, fused=False), "on": on}, a.rounds, a.frames_per_round)
+    for k, run in ab["runs"].items():
         m = run.metrics()
         print(f"fused {k:<3}  frame {m['frame_ms_median']:7.1f} ms  action {m['action_ms']:6.1f}  "
               f"prefill {m['prefill_ms']:6.1f}  decode {m['decode_ms']:6.1f}  act/s {m['action_hz']:.2f}")
-    ratios = [x["action_hz"] / y["action_hz"] for x, y in zip(runs["on"].rounds, runs["off"].rounds)]
-    print(f"on/off action rate per round: x{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]")
-    same_actions = all((x == y).all() for x, y in zip(runs["on"].actions, runs["off"].actions))
-    same_texts = sorted(runs["on"].texts.values()) == sorted(runs["off"].texts.values())
-    print(f"identical on vs off: actions {same_actions}, texts {same_texts}")
-    return 0 if same_actions and same_texts else 1
-
+    med, lo, hi = ab["ratio"]
+    print(f"on / off frame time per round: x{med:.3f} [{lo:.3f}-{hi:.3f}]")
+    print(f"identical on vs off: actions {ab['same_actions']}, texts {ab['same_texts']}")
+    return 0 if ab["same_actions"] and ab["same_texts"] else 1
 
 if __name__ == "__main__":
     sys.exit(main())

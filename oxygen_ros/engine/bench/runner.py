@@ -156,6 +156,31 @@ class ModeRun:
         }
 
 
+def interleaved_ab(model: EngineModel, tok, settings: dict[str, BenchSettings], rounds: int,
+                   frames_per_round: int, before=lambda key: None) -> dict:
+    """Two oxygen engines on one model, A/B in one process: the same frames and noise, rounds
+    alternating which side goes first, `before(key)` ahead of each side's frames (to switch
+    what the engines do not hold themselves). Per side: its ModeRun (finished); the per-round
+    frame-time ratio second / first; whether actions and texts are identical."""
+    (a, sa), (b, sb) = settings.items()
+    n = warmup_frames("oxygen", sa) + rounds * frames_per_round + 1
+    frames, noises = bench_inputs(model, sa, n)
+    runs = {k: ModeRun("oxygen", model, tok, st, frames, noises) for k, st in settings.items()}
+    for k, run in runs.items():
+        before(k)
+        run.warm_up()
+    for i in range(rounds):
+        for k in ((a, b) if i % 2 else (b, a)):
+            before(k)
+            runs[k].run_round(frames_per_round)
+    for run in runs.values():
+        run.finish()
+    ratios = [x["action_hz"] / y["action_hz"] for x, y in zip(runs[a].rounds, runs[b].rounds)]
+    return {"runs": runs, "ratio": (statistics.median(ratios), min(ratios), max(ratios)),
+            "same_actions": all((x == y).all() for x, y in zip(runs[a].actions, runs[b].actions)),
+            "same_texts": sorted(runs[a].texts.values()) == sorted(runs[b].texts.values())}
+
+
 def round_sizes(frames: int, rounds: int) -> list[int]:
     """`frames` split into `rounds` (at most `frames`) nearly equal rounds."""
     rounds = max(1, min(rounds, frames))
