@@ -114,8 +114,8 @@ ONEDNN_MIN_ELEMENTS = 1 << 16
 # Capping oneDNN's and ideep's caches instead (ONEDNN_PRIMITIVE_CACHE_CAPACITY,
 # LRU_CACHE_CAPACITY) still grew the process ~9x as much over new lengths.
 # Padding rows leaves the other rows' results bitwise unchanged, and so does the tiling
-# (checked in test_model_packed_weights); one row runs a different kernel, so small
-# counts stay exact.
+# (checked in test_model_packed_weights); a product of fewer than ~14 rows runs another
+# kernel, so counts up to ONEDNN_EXACT_ROWS run as they are.
 ONEDNN_EXACT_ROWS = 32
 ONEDNN_MAX_ROWS = 256
 
