@@ -4,7 +4,7 @@
 
     .venv/bin/python scripts/fused_ab.py --model smol --rounds 8 [--steps-per-frame 1]
 
-Prints each engine's median phases, the per-round on/off action-rate ratio (median and
+Prints each engine's median phases, the per-round on / off frame-time ratio (median and
 range), and whether actions and texts are identical.
 """
 import argparse
@@ -31,13 +31,7 @@ def main() -> int:
     on = R.BenchSettings(workload=a.workload, modes=("oxygen",), tokens=a.tokens,
                          steps_per_frame=a.steps_per_frame, fused=True)
     ab = R.interleaved_ab(model, tok, {"off": replace(on, fused=False), "on": on}, a.rounds, a.frames_per_round)
-    for k, run in ab["runs"].items():
-        m = run.metrics()
-        print(f"fused {k:<3}  frame {m['frame_ms_median']:7.1f} ms  action {m['action_ms']:6.1f}  "
-              f"prefill {m['prefill_ms']:6.1f}  decode {m['decode_ms']:6.1f}  act/s {m['action_hz']:.2f}")
-    med, lo, hi = ab["ratio"]
-    print(f"on / off frame time per round: x{med:.3f} [{lo:.3f}-{hi:.3f}]")
-    print(f"identical on vs off: actions {ab['same_actions']}, texts {ab['same_texts']}")
+    print(R.format_ab(ab))
     return 0 if ab["same_actions"] and ab["same_texts"] else 1
 
 if __name__ == "__main__":

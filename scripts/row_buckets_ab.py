@@ -44,13 +44,7 @@ def main() -> int:
         ab = R.interleaved_ab(model, tok, dict.fromkeys(rules, settings), a.rounds, a.frames_per_round, before=use)
     finally:
         use("eighths")
-    for k, run in ab["runs"].items():
-        m = run.metrics()
-        print(f"{k:<8}  frame {m['frame_ms_median']:7.1f} ms  prefill {m['prefill_ms']:6.1f}  "
-              f"admit {m['admit_ms']:6.1f}  action {m['action_ms']:6.1f}  decode {m['decode_ms']:6.1f}")
-    med, lo, hi = ab["ratio"]
-    print(f"eighths / quarters frame time per round: x{med:.3f} [{lo:.3f}-{hi:.3f}]")
-    print(f"identical: actions {ab['same_actions']}, texts {ab['same_texts']}")
+    print(R.format_ab(ab))
     return 0 if ab["same_actions"] and ab["same_texts"] else 1
 
 if __name__ == "__main__":

@@ -162,9 +162,9 @@ def interleaved_ab(model: EngineModel, tok, settings: dict[str, BenchSettings], 
     alternating which side goes first, `before(key)` ahead of each side's frames (to switch
     what the engines do not hold themselves). Per side: its ModeRun (finished); the per-round
     frame-time ratio second / first; whether actions and texts are identical."""
-    (a, sa), (b, sb) = settings.items()
-    n = warmup_frames("oxygen", sa) + rounds * frames_per_round + 1
-    frames, noises = bench_inputs(model, sa, n)
+    a, b = settings
+    n = warmup_frames("oxygen", settings[a]) + rounds * frames_per_round + 1
+    frames, noises = bench_inputs(model, settings[a], n)
     runs = {k: ModeRun("oxygen", model, tok, st, frames, noises) for k, st in settings.items()}
     for k, run in runs.items():
         before(k)
@@ -179,6 +179,20 @@ def interleaved_ab(model: EngineModel, tok, settings: dict[str, BenchSettings], 
     return {"runs": runs, "ratio": (statistics.median(ratios), min(ratios), max(ratios)),
             "same_actions": all((x == y).all() for x, y in zip(runs[a].actions, runs[b].actions)),
             "same_texts": sorted(runs[a].texts.values()) == sorted(runs[b].texts.values())}
+
+
+def format_ab(ab: dict) -> str:
+    """interleaved_ab's report: each side's median phases, the per-round ratio, identity."""
+    (a, ra), (b, rb) = ab["runs"].items()
+    lines = []
+    for k, run in ((a, ra), (b, rb)):
+        m = run.metrics()
+        lines.append(f"{k:<8}  frame {m['frame_ms_median']:7.1f} ms" + "".join(
+            f"  {p} {m[p + '_ms']:6.1f}" for p in PHASES) + f"  act/s {m['action_hz']:.2f}")
+    med, lo, hi = ab["ratio"]
+    lines.append(f"{b} / {a} frame time per round: x{med:.3f} [{lo:.3f}-{hi:.3f}]")
+    lines.append(f"identical {b} vs {a}: actions {ab['same_actions']}, texts {ab['same_texts']}")
+    return "\n".join(lines)
 
 
 def round_sizes(frames: int, rounds: int) -> list[int]:
