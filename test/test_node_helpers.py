@@ -11,6 +11,7 @@ import yaml
 
 from oxygen_ros.engine.requests import TextDelta
 from oxygen_ros.node.input_monitor import InputMonitor
+from oxygen_ros.node.loop_stats import LoopStats
 from oxygen_ros.engine.policy_io import LimitsIO
 from oxygen_ros.node.joint_space import JointSpace
 from oxygen_ros.engine.text.memory_log import MemoryLog, PromptTooLong
@@ -167,6 +168,20 @@ def test_inputs_are_usable_only_when_all_present_and_fresh():
     assert not snap.usable and any("cam: stale, age 0.55 s" in p for p in snap.problems)
     m.accept("cam", "img2")
     assert m.snapshot().usable and m.snapshot().values["cam"] == "img2"
+
+
+def test_frames_count_as_stalled_once_the_inputs_are_stale_before_a_tick_notices():
+    clock = FakeClock()
+    m = InputMonitor(["cam"], max_age_s=0.5, hold_s=1.0, clock=clock)
+    stats = LoopStats(m.unusable, clock=clock)
+    assert "cam: no data received yet" in stats.stalled()
+    m.accept("cam", "img")
+    stats.frame(10.0, False, 0)
+    assert stats.stalled() == ""
+    clock.t += 0.6                                   # no tick since: the monitor knows
+    assert "cam: stale, age 0.60 s" in stats.stalled()
+    stats.no_chunk("frame failed: boom", error=True)  # a tick's own reason comes first
+    assert stats.stalled() == "frame failed: boom"
 
 
 def test_rejected_messages_are_reported_for_the_hold_time_but_keep_the_last_good_value():

@@ -20,6 +20,7 @@ from ros_helpers import run_as_peer, run_peers
 QUESTION = "what have you done?"
 BURST = 6
 BURST_TIMEOUT_S = 6.0
+STALE_AFTER_S = 0.8            # > max_observation_age_s 0.5 of the stale test's node
 
 
 def questions_run(namespace, *, deadline):
@@ -103,6 +104,42 @@ def test_a_queued_question_is_refused_once_stalled_frames_cannot_finish_it_in_ti
     assert r["latency_s"] < r["timeout"] - 0.5 * r["estimate"], r
 
 
+def stale_before_the_tick_run(namespace, *, deadline):
+    """Every input stops right after a chunk; a question is asked once they are stale but
+    before the node's next tick (ticks 2 s apart) could have noticed."""
+    from node_driver import Driver
+
+    d = Driver(namespace)
+    try:
+        d.wait_until(lambda: len(d.chunks) >= 2, 60.0, "two action chunks")
+        d.ask("")                                        # the service's probe, out of the way
+        n = len(d.chunks)
+        d.wait_until(lambda: len(d.chunks) > n, 10.0, "the next chunk")
+        for key in d.mode:                               # the robot's publishers go quiet
+            d.mode[key] = "off"
+        stopped = time.monotonic()
+        time.sleep(STALE_AFTER_S)
+        asked_after_s = time.monotonic() - stopped
+        return {**d.ask(QUESTION, timeout_s=12.0, wait=20.0), "asked_after_s": asked_after_s}
+    finally:
+        d.close()
+
+
+@pytest.mark.ros
+def test_a_question_asked_once_inputs_are_stale_is_refused_at_once_naming_them(start_node):
+    # the inputs' staleness is known as soon as it happens, not at the next tick: a question
+    # is not queued behind frames that will not run (a CI run saw one refused for a full board
+    # instead, the board holding the questions asked before the fault)
+    node = start_node(autostart=True, narration_every_n_frames=0, memory_every_n_frames=0,
+                      control_rate_hz=0.5, max_observation_age_s=0.5, answer_max_tokens=8)
+    r = run_peers(__file__, {"driver": ["stale_before_the_tick_run", node.namespace]}, timeout=120)["driver"]
+    assert node.alive()
+    assert r["asked_after_s"] < 1.8, r                   # before the next tick (2 s after the last)
+    assert not r["success"] and r["error"].startswith("cannot answer within 12 s: "), r
+    assert "stale" in r["error"], r
+    assert r["latency_s"] < 1.0, r
+
+
 def lockstep_run(namespace, *, deadline):
     """Observations slower than the node's ticks (a lock-step sim: most ticks find no new one):
     questions asked at any moment between them."""
@@ -133,4 +170,5 @@ def test_waiting_for_the_next_observation_is_not_a_stall(start_node):
 
 
 if __name__ == "__main__":
-    run_as_peer({"questions_run": questions_run, "stall_run": stall_run, "lockstep_run": lockstep_run})
+    run_as_peer({"questions_run": questions_run, "stall_run": stall_run, "lockstep_run": lockstep_run,
+                 "stale_before_the_tick_run": stale_before_the_tick_run})

@@ -34,6 +34,11 @@ class Snapshot:
     usable: bool = False           # every input present and younger than the age limit
 
     @property
+    def unusable(self) -> str:
+        """Why these inputs cannot make a frame ("" when they can)."""
+        return "" if self.usable else "; ".join(self.problems) or "inputs not usable"
+
+    @property
     def max_age(self) -> float | None:
         ages = [a for a in self.ages.values() if a is not None]
         return max(ages) if ages else None
@@ -108,6 +113,10 @@ class InputMonitor:
     def counts(self) -> dict:
         with self._lock:
             return {n: (i.accepted, i.rejected) for n, i in self._inputs.items()}
+
+    def unusable(self) -> str:
+        """Why the inputs cannot make a frame now ("" when they can)."""
+        return self.snapshot().unusable
 
     def snapshot(self) -> Snapshot:
         with self._lock:

@@ -4,10 +4,19 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import Callable
+
+
+def _inputs_usable() -> str:
+    return ""
 
 
 class LoopStats:
-    def __init__(self, window_s: float = 5.0, clock=time.monotonic):
+    def __init__(self, inputs_unusable: Callable[[], str] = _inputs_usable, window_s: float = 5.0,
+                 clock=time.monotonic):
+        """inputs_unusable() -> why the robot's inputs cannot make a frame now ("" when they
+        can): a stall the next tick would find, known before it runs."""
+        self._inputs_unusable = inputs_unusable
         self.window_s = window_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -38,10 +47,14 @@ class LoopStats:
         """Why frames are not running now ("" while they run): the latest reason a tick made no
         chunk, if it is more recent than the last frame (a waiting question asks this). Waiting
         for a new observation (new_observations_only: a lock-step sim between its steps) is
-        how such a robot runs, not a stall."""
+        how such a robot runs, not a stall. Before the next tick notices, inputs that cannot
+        make a frame now (stale, missing) are a stall too: a question asked then is refused
+        at once, naming them, instead of queued behind frames that will not run."""
         with self._lock:
             (reason, at), last = self._stall, self._last_at
-        return reason if reason and (last is None or at > last) else ""
+        if reason and (last is None or at > last):
+            return reason
+        return self._inputs_unusable()
 
     def clipped(self, points: int) -> int:
         """Count chunk points clipped into the joint limits; the count so far."""

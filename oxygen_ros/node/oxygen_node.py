@@ -303,9 +303,9 @@ class OxygenNode(LifecycleNode):
         rt = Runtime(name=robot, p=p, joints=joints, action_joints=action_joints.inside(joints), policy=policy,
                      model=model, tok=tok, engine=engine,
                      period_s=period_s, cameras=cameras,
-                     monitor=InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
-                                          p["input_problem_hold_s"]),
-                     stats=(stats := LoopStats()), robot_time=robot_time,
+                     monitor=(monitor := InputMonitor([*cameras, joint_input], p["max_observation_age_s"],
+                                                      p["input_problem_hold_s"])),
+                     stats=(stats := LoopStats(monitor.unusable)), robot_time=robot_time,
                      language=RobotLanguage(engine, cfg.max_prompt_tokens, p["memory_log_size"],
                                             self.get_parameter("max_concurrent_questions").value, period_s,
                                             stalled=stats.stalled))

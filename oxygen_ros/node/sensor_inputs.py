@@ -86,7 +86,7 @@ class SensorInputs:
         self._monitor.max_age_s = max_age_s
         snap = self._monitor.snapshot()
         if not snap.usable:
-            reason = "; ".join(snap.problems) or "inputs not usable"
+            reason = snap.unusable
             self._stats.no_chunk(reason)
             return FrameInputs(jump, None, unusable=reason)
         if last_stamp_ns is not None and snap.stamp_ns and snap.stamp_ns == last_stamp_ns:
