@@ -254,6 +254,8 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes, warmu
         # accepted, then no answer in time: what the deadline rule (docs/node.md, Questions) avoids
         "timed_out_after_acceptance": sum(not ok and error.startswith("timed out") for _, _, ok, error in answers),
         "failure_reasons": reasons,
+        # in full (estimate at admission and now): what the next look into one needs
+        "timed_out_errors": [error for _, _, ok, error in answers if not ok and error.startswith("timed out")],
         "answer_latency_p50_s": percentile(lat, 50), "answer_latency_p99_s": percentile(lat, 99),
         "rss_first_mb": mem[0] if mem else None, "rss_last_mb": mem[-1] if mem else None,
         "rss_max_mb": max(mem, default=None), "warmup_min": warmup_s / 60,
