@@ -1,6 +1,7 @@
 """The fused (native) action sampling: bitwise the eager outputs, and eager without a compiler."""
 import copy
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,29 @@ def test_no_compiler_falls_back_to_eager_with_one_log_line(tmp_path):
     lines = [l for l in (out.stdout + out.stderr).splitlines() if "fused native path unavailable" in l]
     assert len(lines) == 1 and "no C++ compiler" in lines[0], out.stderr
     assert not list((tmp_path / "cache").rglob("*.so"))        # nothing was built
+
+
+def test_a_build_killed_mid_way_does_not_hang_the_next_start(tmp_path):
+    """A process killed while building the native library (a node stopped during its first
+    start, a test run interrupted) leaves torch's `lock` file behind; torch's own waiting
+    on it has no end, so every later start hung. The next one now loads the library."""
+    if not native.available():
+        pytest.skip(f"the native library is not built here: {native.status()}")
+    build = native.cache_dir()
+    cache = tmp_path / "cache"
+    copied = cache / build.relative_to(build.parents[1])
+    shutil.copytree(build, copied)                # the built library: no compiling needed
+    (copied / "lock").write_text("")              # what the killed builder left
+    env = dict(os.environ, OXYGEN_CACHE_DIR=str(cache),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("OXYGEN_FUSED", None)
+    try:
+        out = subprocess.run([sys.executable, "-m", "oxygen_ros.engine.native"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the start waited on the killed build's lock file")
+    assert out.returncode == 0, out.stderr
+    assert "fused action path: on" in out.stdout, out.stdout + out.stderr
 
 
 def test_fused_ab_script_reports_identical_outputs():

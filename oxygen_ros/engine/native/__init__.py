@@ -15,6 +15,8 @@ compiler is found (`$CXX`, else `c++`) or when the build fails; the reason is lo
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -58,13 +60,30 @@ def _build() -> str | None:
     build = cache_dir()
     build.mkdir(parents=True, exist_ok=True)
     try:
-        # -fopenmp: at::parallel_for runs on the intra-op threads only when compiled with it
-        cpp_extension.load("oxygen_native", [str(p) for p in SOURCES if p.suffix == ".cpp"],
-                           extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                           build_directory=str(build), is_python_module=False, verbose=False)
+        with _builder(build):
+            # -fopenmp: at::parallel_for runs on the intra-op threads only when compiled with it
+            cpp_extension.load("oxygen_native", [str(p) for p in SOURCES if p.suffix == ".cpp"],
+                               extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                               build_directory=str(build), is_python_module=False, verbose=False)
     except Exception as exc:   # a broken toolchain: keep the eager path
         return f"build failed ({type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''})"
     return None
+
+
+@contextlib.contextmanager
+def _builder(build: Path):
+    """Be the one process building or loading in `build`. torch marks a build with a `lock`
+    file and waits, without end, for it to go: a builder killed mid-way (a node stopped during
+    its first start) hung every later start. The kernel drops an flock with its holder, so
+    while this one is held any `lock` file is a dead builder's, and goes."""
+    with open(build / "builder.flock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("oxygen_ros: another process is building the native library in %s; waiting", build)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        (build / "lock").unlink(missing_ok=True)
+        yield
 
 
 def available() -> bool:
