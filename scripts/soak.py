@@ -244,6 +244,7 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes, warmu
             key = re.sub(r"\d+(\.\d+)?", "N", error.split(":")[0].split("(")[0].split(";")[0]).strip()[:60]
             reasons[key] = reasons.get(key, 0) + 1
     frames = [m for s, m, _ in timings if s >= t0]
+    timed_out = [error for _, _, ok, error in answers if not ok and error.startswith("timed out")]
     mem = [m for _, m in rss if m is not None]
     settled = [m for s, m in rss if m is not None and s >= t0 + warmup_s]
     return {"rate_hz": rate, "bucket_s": bucket, "exit_codes": codes, "buckets": buckets, "overall": {
@@ -252,10 +253,10 @@ def summarise(t0, end, bucket, rate, chunks, timings, answers, rss, codes, warmu
         "deadline_misses": sum(frames), "deadline_miss_fraction": sum(frames) / max(1, len(frames)),
         "answers": len(answers), "answers_failed": sum(not ok for _, _, ok, _ in answers),
         # accepted, then no answer in time: what the deadline rule (docs/node.md, Questions) avoids
-        "timed_out_after_acceptance": sum(not ok and error.startswith("timed out") for _, _, ok, error in answers),
+        "timed_out_after_acceptance": len(timed_out),
         "failure_reasons": reasons,
         # in full (estimate at admission and now): what the next look into one needs
-        "timed_out_errors": [error for _, _, ok, error in answers if not ok and error.startswith("timed out")],
+        "timed_out_errors": timed_out,
         "answer_latency_p50_s": percentile(lat, 50), "answer_latency_p99_s": percentile(lat, 99),
         "rss_first_mb": mem[0] if mem else None, "rss_last_mb": mem[-1] if mem else None,
         "rss_max_mb": max(mem, default=None), "warmup_min": warmup_s / 60,
