@@ -250,6 +250,9 @@ def test_replanning_asap_runs_frames_back_to_back(start_node):
     assert "replanning asap" in node.log()
 
 
+RESPONSIVE_S = 0.45      # a lifecycle or ask_progress call's bar while slow frames compute
+
+
 @pytest.mark.ros
 def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(start_node):
     """With frames far over the 0.1 s period (1024 decode steps of a long narration per
@@ -260,9 +263,11 @@ def test_services_and_diagnostics_stay_responsive_while_slow_frames_compute(star
     node = start_node(autostart=True, max_new_tokens=4096, narration_max_tokens=4096,
                       steps_per_frame=1024, narration_every_n_frames=1, memory_every_n_frames=0)
     r = run_peers(__file__, {"driver": ["slow_frames_run", node.namespace]}, timeout=60)["driver"]
-    assert r["frame_ms"] and min(r["frame_ms"]) > 500, r["frame_ms"]
+    # the premise: every frame is longer than the bar, so a call that waited for one would miss it
+    # (a fresh-clone CI run had a shortest frame of 499.6 ms against the 500 once asserted here)
+    assert r["frame_ms"] and min(r["frame_ms"]) > 1000 * RESPONSIVE_S, r["frame_ms"]
     assert r["calls"] >= 10
-    assert r["state_max_s"] < 0.45 and r["ask_max_s"] < 0.45, r
+    assert r["state_max_s"] < RESPONSIVE_S and r["ask_max_s"] < RESPONSIVE_S, r
     assert len(r["diag_gaps"]) >= 3 and max(r["diag_gaps"]) < 1.5, r["diag_gaps"]
     assert r["chunk_gaps"] and min(r["chunk_gaps"]) > 0.4, r["chunk_gaps"]
     assert "skipped" in node.log()
